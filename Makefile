@@ -1,0 +1,57 @@
+# trellis-proxy: see README.md. `make run` and `make test` install what they need.
+GO        ?= go
+BIN       := bin/trellis-proxy
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+TESTFLAGS ?= -race -timeout 20m
+FUZZTIME  ?= 20s
+
+.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough docker prereqs clean
+
+all: build
+
+prereqs:
+	@command -v $(GO) >/dev/null || { echo "error: Go 1.26 is required (https://go.dev/dl)" >&2; exit 1; }
+	@./scripts/ensure-postgres.sh
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/trellis-proxy
+
+# The embedded default: a private PostgreSQL cluster and the proxy in front of it.
+run: prereqs build
+	./$(BIN)
+
+# Everything CI runs: formatting, vet, the import rule, and every test with -race.
+test: prereqs lint deps
+	$(GO) test $(TESTFLAGS) ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# The package rule of docs/architecture: fails on a forbidden import.
+deps:
+	@$(GO) run ./internal/depcheck
+
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	  done; \
+	done
+
+golden:
+	$(GO) test ./grammar/... -update
+
+bench: bench-passthrough
+
+bench-passthrough: prereqs build
+	@./scripts/ensure-postgres.sh pgbouncer
+	$(GO) run ./cmd/trellis-bench passthrough
+
+docker:
+	docker build -t trellis-proxy:$(VERSION) .
+
+clean:
+	rm -rf bin

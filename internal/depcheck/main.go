@@ -1,0 +1,96 @@
+// Command depcheck enforces the package rule of the architecture: which
+// packages of this module may import which, and that cgo (pg_query) stays in
+// grammar and router. `make deps` runs it; a forbidden edge exits 1.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+const module = "github.com/trellis-proxy/trellis-proxy"
+
+// allowed lists, per package (relative to the module), the module packages it
+// may import. Packages not listed (cmd, integration, internal tools) may
+// import anything. A prefix ending in "/" covers sub-packages.
+var allowed = map[string][]string{
+	"pgerr":              {},
+	"grammar":            {"pgerr"},
+	"router":             {"grammar", "pgerr"},
+	"engine":             {"grammar", "pgerr"},
+	"virtualtables":      {"engine", "pgerr"},
+	"wire":               {"pgerr"},
+	"internal/pgcluster": {},
+}
+
+// cgoAllowed are the only packages that may import pg_query.
+var cgoAllowed = map[string]bool{"grammar": true, "router": true}
+
+const pgQuery = "github.com/pganalyze/pg_query_go"
+
+func main() {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}} {{join .TestImports \" \"}}", "./...").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "depcheck: go list:", err)
+		os.Exit(2)
+	}
+	var violations []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		rule, ruled := ruleFor(pkg)
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, pgQuery) && !cgoAllowed[topLevel(pkg)] {
+				violations = append(violations, fmt.Sprintf("%s imports %s: cgo stays in grammar and router", pkg, imp))
+			}
+			if !ruled || !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			target := strings.TrimPrefix(imp, module+"/")
+			if target == pkg || strings.HasPrefix(target, pkg+"/") {
+				continue
+			}
+			if !permits(rule, target) {
+				violations = append(violations, fmt.Sprintf("%s imports %s: not allowed by the package rule", pkg, target))
+			}
+		}
+	}
+	if len(violations) > 0 {
+		for _, v := range violations {
+			fmt.Fprintln(os.Stderr, "depcheck:", v)
+		}
+		os.Exit(1)
+	}
+	fmt.Println("depcheck: package rule holds")
+}
+
+func topLevel(pkg string) string {
+	if pkg == "internal/pgcluster" || strings.HasPrefix(pkg, "internal/pgcluster/") {
+		return "internal/pgcluster"
+	}
+	top, _, _ := strings.Cut(pkg, "/")
+	return top
+}
+
+func ruleFor(pkg string) ([]string, bool) {
+	r, ok := allowed[topLevel(pkg)]
+	return r, ok
+}
+
+func permits(rule []string, target string) bool {
+	for _, a := range rule {
+		if target == a || strings.HasPrefix(target, a+"/") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,54 @@
+package pgcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// One cluster per test binary: starting Postgres costs about a second, so the
+// tests of a package share it and isolate themselves by database or schema.
+var shared struct {
+	once sync.Once
+	c    *Cluster
+	err  error
+}
+
+// TestOptions are the fast, non-durable settings of a throwaway test cluster.
+func TestOptions() Options {
+	return Options{Fast: true, Settings: map[string]string{
+		"max_connections":           "400",
+		"log_min_messages":          "warning",
+		"max_locks_per_transaction": "256",
+	}}
+}
+
+// ForTest returns the test binary's shared cluster, starting it on first use.
+// A test that cannot get a cluster fails: no silent skips.
+func ForTest(tb testing.TB) *Cluster {
+	tb.Helper()
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		shared.c, shared.err = Start(ctx, TestOptions())
+	})
+	if shared.err != nil {
+		tb.Fatalf("starting a PostgreSQL cluster for tests: %v", shared.err)
+	}
+	return shared.c
+}
+
+// RunMain runs the tests and then stops the shared cluster; call it from
+// TestMain: func TestMain(m *testing.M) { pgcluster.RunMain(m) }.
+func RunMain(m *testing.M) {
+	code := m.Run()
+	if shared.c != nil {
+		if err := shared.c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping test cluster:", err)
+		}
+	}
+	os.Exit(code)
+}
