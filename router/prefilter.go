@@ -1,0 +1,99 @@
+package router
+
+import "strings"
+
+// MayConcernTrellis is the byte-level prefilter of D5: false means the text
+// is ordinary SQL and goes upstream without being parsed. It must never say
+// false for a text the classifier would route away from pass-through, so it
+// looks for the Trellis leading keywords at the start of every statement
+// (the start of the text and after every ';') and for the catalog schema's
+// name anywhere (proxy-only calls and the trellis. alias).
+//
+// schema is the instance's catalog schema in lower case; "trellis" is always
+// looked for too, because through the proxy it names the catalog (the alias).
+func MayConcernTrellis(sql, schema string) bool {
+	if startsTrellisWord(sql) {
+		return true
+	}
+	for i := strings.IndexByte(sql, ';'); i >= 0; {
+		rest := sql[i+1:]
+		if startsTrellisWord(rest) {
+			return true
+		}
+		j := strings.IndexByte(rest, ';')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	if containsFold(sql, "trellis") {
+		return true
+	}
+	return schema != "" && schema != "trellis" && containsFold(sql, schema)
+}
+
+// startsTrellisWord reports whether the first word after whitespace and
+// comments is one a Trellis statement can begin with. It is deliberately
+// looser than the grammar's recognizer (any ALTER or DROP counts), so it is a
+// superset of it.
+func startsTrellisWord(s string) bool {
+	i := skipSpaceAndComments(s, 0)
+	j := i
+	for j < len(s) && isIdentByte(s[j]) {
+		j++
+	}
+	switch w := s[i:j]; len(w) {
+	case 4:
+		return equalFold(w, "drop")
+	case 5:
+		return equalFold(w, "pause") || equalFold(w, "alter")
+	case 6:
+		return equalFold(w, "resume")
+	case 9:
+		return equalFold(w, "transform")
+	case 12:
+		return equalFold(w, "relationship")
+	}
+	return false
+}
+
+func skipSpaceAndComments(s string, i int) int {
+	for i < len(s) {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case c == '-' && i+1 < len(s) && s[i+1] == '-':
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+		case c == '/' && i+1 < len(s) && s[i+1] == '*':
+			i = skipBlockComment(s, i)
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// containsFold reports whether s contains word (lower-case ASCII) in any
+// letter case. It looks for the second letter first with IndexByte in both
+// cases, which the standard library does with vector instructions.
+func containsFold(s, word string) bool {
+	if len(word) < 2 {
+		return strings.Contains(strings.ToLower(s), word)
+	}
+	for _, probe := range [2]byte{word[1], word[1] &^ 0x20} {
+		for off := 0; ; {
+			k := strings.IndexByte(s[off:], probe)
+			if k < 0 {
+				break
+			}
+			at := off + k - 1 // where the word would start
+			if at >= 0 && at+len(word) <= len(s) && equalFold(s[at:at+len(word)], word) {
+				return true
+			}
+			off += k + 1
+		}
+	}
+	return false
+}
