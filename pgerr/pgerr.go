@@ -50,6 +50,11 @@ const (
 	CannotConnectNow             = "57P03"
 	TooManyConnections           = "53300"
 	InternalError                = "XX000"
+
+	// Added for the grammar package.
+	CharacterNotInRepertoire = "22021"
+	AmbiguousColumn          = "42702"
+	ReservedName             = "42939"
 )
 
 // Severities as Postgres spells them in the S and V fields.
