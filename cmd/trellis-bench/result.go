@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// emitter writes result lines (§2.5): one JSON object per measurement point on
+// stdout, and also to --out when given. Every line carries the environment.
+type emitter struct {
+	mu  sync.Mutex
+	env map[string]any
+	ws  []io.Writer
+}
+
+func (e *emitter) emit(fields map[string]any) {
+	line := make(map[string]any, len(fields)+len(e.env)+1)
+	for k, v := range e.env {
+		line[k] = v
+	}
+	for k, v := range fields {
+		if f, ok := v.(float64); ok {
+			v = nullable(f)
+		}
+		line[k] = v
+	}
+	line["time"] = time.Now().UTC().Format(time.RFC3339)
+	b, err := json.Marshal(line)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "trellis-bench: encoding result line: %v\n", err)
+		return
+	}
+	b = append(b, '\n')
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range e.ws {
+		w.Write(b)
+	}
+}
+
+// table renders rows for people on stderr, aligned.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) write(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+	for _, r := range t.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// fmtNum formats a figure for the table, "-" when missing.
+func fmtNum(x float64, prec int) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, x)
+}
+
+// fmtRatio formats a ratio as "0.87×".
+func fmtRatio(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", x)
+}
+
+// fmtPct formats a fraction as a signed percentage, e.g. drift "+3.1%".
+func fmtPct(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*x)
+}
