@@ -1,0 +1,174 @@
+// Command trellis-proxy is a PostgreSQL wire-protocol proxy that passes
+// ordinary SQL through byte for byte and will execute Trellis statements.
+// With no --upstream it runs a private PostgreSQL cluster (the embedded
+// default, D12).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
+)
+
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without os.Exit, for tests: 0 ok, 1 failure, 2 usage.
+func run(args []string, stdout, stderr io.Writer) int {
+	sub := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "version":
+		fmt.Fprintf(stdout, "trellis-proxy %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case "serve":
+	case "help":
+		fs, _ := newFlagSet(new(proxy.Config))
+		usage(fs, stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "error: unknown subcommand %q (try serve, version or --help)\n", sub)
+		return 2
+	}
+	cfg := proxy.Default()
+	fs, err := parse(&cfg, args, os.LookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(fs, stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 2
+	}
+	log := proxy.NewLogger(cfg, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // restore default handling: a second signal kills at once
+		second := make(chan os.Signal, 1)
+		signal.Notify(second, syscall.SIGINT, syscall.SIGTERM)
+		<-second
+		fmt.Fprintln(stderr, "error: second signal, exiting at once")
+		os.Exit(1)
+	}()
+
+	if err := proxy.Run(ctx, cfg, proxy.Options{Logger: log, Stdout: stdout}); err != nil {
+		var fe *proxy.FlagError
+		if errors.As(err, &fe) {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "error: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		return 1
+	}
+	return 0
+}
+
+// newFlagSet declares every serve flag bound to cfg.
+func newFlagSet(cfg *proxy.Config) (*flag.FlagSet, map[string]string) {
+	fs := flag.NewFlagSet("trellis-proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	groups := map[string]string{}
+	str := func(p *string, name, group, usage string) { fs.StringVar(p, name, *p, usage); groups[name] = group }
+	num := func(p *int, name, group, usage string) { fs.IntVar(p, name, *p, usage); groups[name] = group }
+	str(&cfg.Listen, "listen", "proxy", "client-facing Postgres address")
+	str(&cfg.Upstream, "upstream", "proxy", "upstream Postgres URL or DSN (none: embedded cluster)")
+	fs.StringVar(&cfg.Upstream, "u", cfg.Upstream, "shorthand for --upstream")
+	str(&cfg.TLSCert, "tls-cert", "proxy", "client-side TLS certificate (PEM)")
+	str(&cfg.TLSKey, "tls-key", "proxy", "client-side TLS key (PEM)")
+	str(&cfg.HTTPListen, "http-listen", "proxy", "address for /metrics, /livez, /readyz (empty: off)")
+	num(&cfg.MaxClientConns, "max-client-conns", "proxy", "refuse clients beyond this with 53300 (0: no limit)")
+	num(&cfg.MaxMessageSize, "max-message-size", "proxy", "largest client message in bytes (0: 1 GiB)")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "time client sessions get at shutdown")
+	groups["shutdown-grace"] = "proxy"
+	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", cfg.AuthTimeout, "time a client gets to finish startup and authentication")
+	groups["auth-timeout"] = "proxy"
+	str(&cfg.LogLevel, "log-level", "proxy", "debug, info, warn or error")
+	str(&cfg.LogFormat, "log-format", "proxy", "text or json")
+	str(&cfg.DataDir, "data-dir", "embedded", "embedded cluster's data directory (default "+proxy.DefaultDataDir()+")")
+	str(&cfg.PGBin, "pg-bin", "embedded", "directory holding initdb and postgres (default: searched)")
+	str(&cfg.RunAs, "run-as", "embedded", "OS user for the embedded cluster when started as root")
+	str(&cfg.EmbeddedPassword, "embedded-password", "embedded", "password of the embedded superuser (default: trust)")
+	fs.BoolVar(&cfg.Ephemeral, "ephemeral", cfg.Ephemeral, "embedded cluster in a temporary directory removed at exit")
+	groups["ephemeral"] = "embedded"
+	str(&cfg.Schema, "schema", "engine", "catalog schema (instance identity)")
+	str(&cfg.TargetSchema, "target-schema", "engine", "where bare target names are created")
+	str(&cfg.Staging, "staging", "engine", "on, off or auto")
+	num(&cfg.DrainWorkers, "drain-workers", "engine", "drain workers in this process")
+	fs.BoolVar(&cfg.Migrate, "migrate", cfg.Migrate, "migrate the catalog before starting")
+	groups["migrate"] = "engine"
+	num(&cfg.PoolMaxSize, "pool-max-size", "engine", "the proxy's own connection pool size")
+	fs.DurationVar(&cfg.PoolWaitTimeout, "pool-wait-timeout", cfg.PoolWaitTimeout, "wait for a free pooled connection")
+	fs.DurationVar(&cfg.CallBudget, "call-budget", cfg.CallBudget, "budget of one Trellis statement or proxy call")
+	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", cfg.LockTimeout, "lock_timeout for the proxy's statements")
+	groups["pool-wait-timeout"], groups["call-budget"], groups["lock-timeout"] = "engine", "engine", "engine"
+	return fs, groups
+}
+
+// parse fills cfg from args, then from TRELLIS_* variables for flags not
+// given on the command line (a flag wins over its variable).
+func parse(cfg *proxy.Config, args []string, lookup func(string) (string, bool)) (*flag.FlagSet, error) {
+	fs, _ := newFlagSet(cfg)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return fs, err
+		}
+		return fs, errors.New(strings.TrimPrefix(err.Error(), "flag provided but not defined: ") + flagHint(err))
+	}
+	if fs.NArg() > 0 {
+		return fs, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["u"] {
+		set["upstream"] = true
+	}
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || set[f.Name] || f.Name == "u" {
+			return
+		}
+		env := "TRELLIS_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: invalid value %q for --%s", env, v, f.Name)
+			}
+		}
+	})
+	return fs, err
+}
+
+func flagHint(err error) string {
+	if strings.Contains(err.Error(), "not defined") {
+		return ": unknown flag (see --help)"
+	}
+	return ""
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage: trellis-proxy [serve] [flags]\n       trellis-proxy version\n\n")
+	fmt.Fprintf(w, "Every flag can also be set by TRELLIS_<FLAG> (upper case, - as _).\n\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}

@@ -1,0 +1,690 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// planEntry is one element of the reply plan, in client order.
+type planEntry struct {
+	owed       int          // ReadyForQuery frames upstream still owes (upstream entry)
+	errBeforeZ *pgerr.Error // refuse a batch partly forwarded: sent before its Z
+	sawError   bool
+	unit       *localUnit // a local unit instead of upstream replies
+}
+
+// localUnit is a piece of the client's stream answered by the proxy.
+type localUnit struct {
+	call  *Call        // a simple Query answered locally
+	msgs  []localMsg   // an extended-protocol batch answered locally
+	err   *pgerr.Error // answer with this error (then ReadyForQuery when z)
+	z     bool
+	fatal *pgerr.Error // protocol violation: write it and end the session
+	done  chan struct{}
+}
+
+type localStmt struct {
+	name      string
+	sql       string
+	route     Route
+	paramOIDs []uint32
+}
+
+type localPortal struct {
+	stmt          *localStmt
+	paramFormats  []int16
+	params        [][]byte
+	resultFormats []int16
+}
+
+type localMsg struct {
+	typ     byte // 'P', 'B', 'D', 'E', 'C', 'S', 'H'
+	stmt    *localStmt
+	portal  *localPortal
+	objType byte // Describe/Close target
+	maxRows uint32
+}
+
+// c2sBatch is the extended-protocol batch being collected (interception on).
+type c2sBatch struct {
+	raw       []byte // buffered upstream frames, not yet forwarded
+	local     []localMsg
+	forwarded bool // part of this batch already went upstream
+	ranLocal  bool // part of this batch was already answered locally
+	refuse    *pgerr.Error
+}
+
+func (b *c2sBatch) reset() {
+	if cap(b.raw) > 4*batchCap {
+		b.raw = nil
+	}
+	b.raw, b.local, b.forwarded, b.ranLocal, b.refuse = b.raw[:0], nil, false, false, nil
+}
+
+// clientToServer is the client→server pump: the only writer of the upstream
+// socket (except while a unit it handed over borrows it).
+func (s *session) clientToServer() {
+	max := s.srv.cfg.MaxMessageSize
+	var (
+		hdr            [5]byte
+		body           []byte
+		syncsSinceExec int
+		copySeen       bool
+		batch          c2sBatch
+		stmts          = map[string]*localStmt{}
+		portals        = map[string]*localPortal{}
+	)
+	gone := func() {
+		// Client left without Terminate: end the backend politely.
+		s.clientGone.Store(true)
+		s.uw.Write([]byte{'X', 0, 0, 0, 4})
+		s.uw.Flush()
+		s.closeUpstream()
+	}
+	for {
+		if s.cr.Buffered() < 5 {
+			if err := s.uw.Flush(); err != nil {
+				s.closeClientSide()
+				return
+			}
+		}
+		typ, n, err := peekHeader(s.cr, max)
+		if err != nil {
+			if e, ok := pgerr.As(err); ok {
+				e.Severity = pgerr.SeverityFatal
+				s.uw.Flush()
+				s.enqueueUnit(&localUnit{fatal: e})
+				return
+			}
+			gone()
+			return
+		}
+		hdr[0] = typ
+		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
+
+		// Copy-in: Postgres ignores Sync between the COPY and the copy data
+		// (protocol docs, "COPY Operations"), so those Syncs owe nothing.
+		switch typ {
+		case 'd', 'c', 'f':
+			if !copySeen {
+				copySeen = true
+				s.subDebt(syncsSinceExec)
+			}
+		case 'Q', 'E', 'F':
+			syncsSinceExec, copySeen = 0, false
+		}
+
+		if s.intercept == nil || typ == 'd' || typ == 'c' || typ == 'f' || typ == 'F' || typ == 'X' || typ == 'p' {
+			// Raw relay. Z-producing frames are counted before they are
+			// written, so their ReadyForQuery never precedes its debt.
+			switch typ {
+			case 'Q', 'F':
+				s.addDebt(1, nil)
+			case 'S':
+				syncsSinceExec++
+				s.addDebt(1, nil)
+			}
+			if err := s.forwardStream(hdr, n); err != nil {
+				gone()
+				return
+			}
+			if typ == 'X' {
+				s.uw.Flush()
+				s.clientGone.Store(true)
+				return
+			}
+			continue
+		}
+
+		// Interception on: decode what routing needs.
+		switch typ {
+		case 'Q':
+			if n > maxInspect {
+				s.flushBatch(&batch)
+				s.addDebt(1, nil)
+				if s.forwardStream(hdr, n) != nil {
+					gone()
+					return
+				}
+				continue
+			}
+			if body, err = readBody(s.cr, body, n); err != nil {
+				gone()
+				return
+			}
+			s.flushBatch(&batch)
+			sql := string(body[:max0(len(body)-1)])
+			route := s.intercept.Classify(s.info, sql)
+			if !route.Local {
+				if isDiscardAll(sql) {
+					clear(stmts)
+					clear(portals)
+				}
+				s.addDebt(1, nil)
+				s.uw.Write(hdr[:])
+				s.uw.Write(body)
+				continue
+			}
+			s.srv.metrics.Intercepted(route.Kind)
+			if !s.runLocal(&localUnit{call: &Call{SQL: sql, Route: route}}) {
+				return
+			}
+		case 'P', 'B', 'D', 'E', 'C':
+			if n > batchCap {
+				// Too big to hold back: stream it as upstream-owned, after
+				// checking the names it refers to.
+				local := false
+				if typ == 'B' {
+					if p, err := s.cr.Peek(min(n, 160)); err == nil {
+						if portal, rest, ok := cstring(p); ok {
+							stmt, _, _ := cstring(rest)
+							local = stmts[stmt] != nil
+							delete(portals, portal)
+						}
+					}
+				}
+				if typ == 'P' || local || batch.ranLocal || len(batch.local) > 0 {
+					if batch.refuse == nil {
+						batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
+					}
+					if _, err := s.cr.Discard(n); err != nil {
+						gone()
+						return
+					}
+					continue
+				}
+				s.flushBatch(&batch)
+				batch.forwarded = true
+				if s.forwardStream(hdr, n) != nil {
+					gone()
+					return
+				}
+				continue
+			}
+			if body, err = readBody(s.cr, body, n); err != nil {
+				gone()
+				return
+			}
+			if batch.refuse != nil {
+				continue // discarding until Sync
+			}
+			lm, local, perr := s.classifyExtended(typ, body, stmts, portals)
+			if perr != nil {
+				s.uw.Flush()
+				s.enqueueUnit(&localUnit{fatal: perr})
+				return
+			}
+			if local {
+				if batch.forwarded || len(batch.raw) > 0 {
+					batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
+					batch.raw = batch.raw[:0]
+					continue
+				}
+				if typ == 'P' {
+					s.srv.metrics.Intercepted(lm.stmt.route.Kind)
+				}
+				batch.local = append(batch.local, lm)
+				continue
+			}
+			if len(batch.local) > 0 || batch.ranLocal {
+				batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
+				batch.local = nil
+				continue
+			}
+			if len(batch.raw)+5+n > batchCap {
+				s.flushBatch(&batch)
+				batch.forwarded = true
+			}
+			batch.raw = append(batch.raw, hdr[:]...)
+			batch.raw = append(batch.raw, body...)
+		case 'S', 'H':
+			if _, err := s.cr.Discard(n); err != nil {
+				gone()
+				return
+			}
+			sync := typ == 'S'
+			switch {
+			case batch.refuse != nil && !sync:
+				// still discarding
+			case batch.refuse != nil && (batch.forwarded):
+				syncsSinceExec++
+				s.addDebt(1, batch.refuse)
+				s.uw.Write(hdr[:])
+				batch.reset()
+			case batch.refuse != nil:
+				if !s.runLocal(&localUnit{err: batch.refuse, z: true}) {
+					return
+				}
+				batch.reset()
+			case len(batch.local) > 0 || batch.ranLocal:
+				batch.local = append(batch.local, localMsg{typ: typ})
+				msgs := batch.local
+				batch.local = nil
+				batch.ranLocal = true
+				if !s.runLocal(&localUnit{msgs: msgs}) {
+					return
+				}
+				if sync {
+					batch.reset()
+				}
+			default:
+				if sync {
+					syncsSinceExec++
+					s.addDebt(1, nil)
+				}
+				s.uw.Write(batch.raw)
+				s.uw.Write(hdr[:])
+				if sync {
+					batch.reset()
+				} else {
+					batch.raw = batch.raw[:0]
+					batch.forwarded = true
+				}
+			}
+		default:
+			s.flushBatch(&batch)
+			if s.forwardStream(hdr, n) != nil {
+				gone()
+				return
+			}
+		}
+		if cap(body) > batchCap {
+			body = nil
+		}
+	}
+}
+
+func max0(n int) int {
+	if n < 0 {
+		return 0
+	}
+	return n
+}
+
+func isDiscardAll(sql string) bool {
+	f := strings.Fields(strings.ToLower(sql))
+	return len(f) >= 2 && (f[0] == "discard" || f[0] == "deallocate") && strings.TrimSuffix(f[1], ";") == "all"
+}
+
+// flushBatch forwards the held-back upstream frames of the current batch.
+func (s *session) flushBatch(b *c2sBatch) {
+	if len(b.raw) > 0 {
+		s.uw.Write(b.raw)
+		b.raw = b.raw[:0]
+		b.forwarded = true
+	}
+}
+
+// classifyExtended decides the owner of one extended-protocol message and
+// keeps the statement and portal ownership maps.
+func (s *session) classifyExtended(typ byte, body []byte, stmts map[string]*localStmt, portals map[string]*localPortal) (localMsg, bool, *pgerr.Error) {
+	bad := func() (localMsg, bool, *pgerr.Error) {
+		return localMsg{}, false, fatal(pgerr.ProtocolViolation, "invalid message format for message type %s", quoteTyp(typ))
+	}
+	switch typ {
+	case 'P':
+		var p pgproto3.Parse
+		if p.Decode(body) != nil {
+			return bad()
+		}
+		route := s.intercept.Classify(s.info, p.Query)
+		if !route.Local {
+			delete(stmts, p.Name)
+			return localMsg{}, false, nil
+		}
+		st := &localStmt{name: p.Name, sql: p.Query, route: route, paramOIDs: append([]uint32(nil), p.ParameterOIDs...)}
+		stmts[p.Name] = st
+		return localMsg{typ: 'P', stmt: st}, true, nil
+	case 'B':
+		var b pgproto3.Bind
+		if b.Decode(body) != nil {
+			return bad()
+		}
+		st := stmts[b.PreparedStatement]
+		if st == nil {
+			delete(portals, b.DestinationPortal)
+			return localMsg{}, false, nil
+		}
+		params := make([][]byte, len(b.Parameters))
+		for i, p := range b.Parameters {
+			if p != nil {
+				params[i] = append([]byte{}, p...)
+			}
+		}
+		po := &localPortal{stmt: st, paramFormats: append([]int16(nil), b.ParameterFormatCodes...), params: params,
+			resultFormats: append([]int16(nil), b.ResultFormatCodes...)}
+		portals[b.DestinationPortal] = po
+		return localMsg{typ: 'B', portal: po}, true, nil
+	case 'D', 'C':
+		if len(body) < 2 {
+			return bad()
+		}
+		name, _, ok := cstring(body[1:])
+		if !ok {
+			return bad()
+		}
+		switch body[0] {
+		case 'S':
+			st := stmts[name]
+			if typ == 'C' {
+				delete(stmts, name)
+			}
+			return localMsg{typ: typ, objType: 'S', stmt: st}, st != nil, nil
+		case 'P':
+			po := portals[name]
+			if typ == 'C' {
+				delete(portals, name)
+			}
+			return localMsg{typ: typ, objType: 'P', portal: po}, po != nil, nil
+		}
+		return bad()
+	case 'E':
+		var e pgproto3.Execute
+		if e.Decode(body) != nil {
+			return bad()
+		}
+		po := portals[e.Portal]
+		return localMsg{typ: 'E', portal: po, maxRows: e.MaxRows}, po != nil, nil
+	}
+	return localMsg{}, false, nil
+}
+
+// forwardStream writes a frame header and streams its body from the client
+// to the upstream without holding it whole.
+func (s *session) forwardStream(hdr [5]byte, n int) error {
+	if _, err := s.uw.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := io.CopyN(s.uw, s.cr, int64(n))
+	return err
+}
+
+// runLocal hands a unit to the server→client pump and waits until it is done;
+// false means the session ended meanwhile.
+func (s *session) runLocal(u *localUnit) bool {
+	if err := s.uw.Flush(); err != nil {
+		return false
+	}
+	u.done = make(chan struct{})
+	s.enqueueUnit(u)
+	select {
+	case <-u.done:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+func (s *session) enqueueUnit(u *localUnit) {
+	s.mu.Lock()
+	s.plan = append(s.plan, &planEntry{unit: u})
+	front := len(s.plan) == 1
+	s.mu.Unlock()
+	if front {
+		s.wake()
+	}
+}
+
+func (s *session) addDebt(n int, refuse *pgerr.Error) {
+	s.mu.Lock()
+	if k := len(s.plan); refuse == nil && k > 0 && s.plan[k-1].unit == nil && s.plan[k-1].errBeforeZ == nil {
+		s.plan[k-1].owed += n
+	} else {
+		s.plan = append(s.plan, &planEntry{owed: n, errBeforeZ: refuse})
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) subDebt(n int) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	if k := len(s.plan); k > 0 && s.plan[k-1].unit == nil {
+		e := s.plan[k-1]
+		e.owed -= n
+		if e.owed <= 0 {
+			s.plan = s.plan[:k-1]
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) closeUpstream() {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	up.Close()
+}
+
+func (s *session) closeClientSide() {
+	s.clientGone.Store(true)
+	s.closeUpstream()
+}
+
+var errShutdown = errors.New("shutdown")
+
+// serverToClient is the server→client pump: the only writer of the client
+// socket. It relays upstream frames and runs local units at their barriers.
+func (s *session) serverToClient() string {
+	max := s.srv.cfg.MaxServerMessageSize
+	var hdr [5]byte
+	for {
+		if oc, end := s.runPlanFront(); end {
+			return oc
+		}
+		if s.ur.Buffered() < 5 {
+			if err := s.cw.Flush(); err != nil {
+				return "client_gone"
+			}
+		}
+		typ, n, err := peekHeader(s.ur, max)
+		if err != nil {
+			if isTimeout(err) {
+				s.clearWake()
+				continue
+			}
+			return s.upstreamLost(err)
+		}
+		hdr[0] = typ
+		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
+		switch typ {
+		case 'Z', 'S', 'E', 'K':
+			body, err := s.readUpstreamBody(n)
+			if err != nil {
+				return s.upstreamLost(err)
+			}
+			if typ == 'Z' && len(body) == 1 {
+				s.info.setTxStatus(body[0])
+				if e := s.payDebt(); e != nil {
+					s.cw.Write(encodeError(s.wbuf[:0], e, false, s.srv.log))
+				}
+			}
+			if typ == 'S' {
+				s.noteParameterStatus(body)
+			}
+			fatalErr := false
+			if typ == 'E' {
+				s.markError()
+				var er pgproto3.ErrorResponse
+				if er.Decode(body) == nil && (er.Severity == "FATAL" || er.Severity == "PANIC") {
+					fatalErr = true
+					s.log.Debug("upstream FATAL", "sqlstate", er.Code, "message", er.Message)
+				}
+			}
+			if err := s.writeFrame(typ, body); err != nil {
+				return "client_gone"
+			}
+			if cap(s.sbuf) > 1<<20 {
+				s.sbuf = nil
+			}
+			if fatalErr {
+				s.cw.Flush()
+				return "upstream_error"
+			}
+		default:
+			if _, err := s.cw.Write(hdr[:]); err != nil {
+				return "client_gone"
+			}
+			if err := s.copyUpstreamBody(n); err != nil {
+				if errors.Is(err, errClientWrite) {
+					return "client_gone"
+				}
+				return s.upstreamLost(err)
+			}
+		}
+	}
+}
+
+var errClientWrite = errors.New("client write failed")
+
+// copyUpstreamBody streams n body bytes to the client, riding over wake-up
+// deadlines (a partial read is simply continued).
+func (s *session) copyUpstreamBody(n int) error {
+	for n > 0 {
+		m, err := io.CopyN(s.cw, s.ur, int64(n))
+		n -= int(m)
+		if err != nil {
+			if isTimeout(err) {
+				s.clearWake()
+				continue
+			}
+			if _, werr := s.cw.Write(nil); werr != nil {
+				return errClientWrite
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *session) readUpstreamBody(n int) ([]byte, error) {
+	if cap(s.sbuf) < n {
+		s.sbuf = make([]byte, n)
+	}
+	buf := s.sbuf[:n]
+	for off := 0; off < n; {
+		m, err := io.ReadFull(s.ur, buf[off:])
+		off += m
+		if err != nil {
+			if isTimeout(err) {
+				s.clearWake()
+				continue
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+func (s *session) clearWake() {
+	s.wakePending.Store(false)
+	s.up.SetReadDeadline(time.Time{})
+}
+
+// payDebt accounts one relayed ReadyForQuery and returns an error to send
+// before it, for a refused batch that was partly forwarded.
+func (s *session) payDebt() *pgerr.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.plan) == 0 || s.plan[0].unit != nil {
+		return nil
+	}
+	e := s.plan[0]
+	var refuse *pgerr.Error
+	if e.owed == 1 && e.errBeforeZ != nil && !e.sawError {
+		refuse = e.errBeforeZ
+	}
+	e.owed--
+	if e.owed <= 0 {
+		s.plan = s.plan[1:]
+	}
+	return refuse
+}
+
+func (s *session) markError() {
+	s.mu.Lock()
+	if len(s.plan) > 0 && s.plan[0].unit == nil {
+		s.plan[0].sawError = true
+	}
+	s.mu.Unlock()
+}
+
+// runPlanFront runs local units that reached the front of the plan and
+// handles shutdown; end reports that the session is over.
+func (s *session) runPlanFront() (outcome string, end bool) {
+	for {
+		s.mu.Lock()
+		var front *planEntry
+		if len(s.plan) > 0 {
+			front = s.plan[0]
+		}
+		level := s.shutdown
+		idle := front == nil && s.info.TxStatus() == 'I'
+		s.mu.Unlock()
+		if front == nil || front.unit == nil {
+			if level == 2 || level == 1 && idle {
+				s.cw.Write(encodeError(s.wbuf[:0], fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"), false, nil))
+				s.cw.Flush()
+				return "shutdown", true
+			}
+			return "", false
+		}
+		u := front.unit
+		err := s.runUnit(u)
+		s.mu.Lock()
+		if len(s.plan) > 0 && s.plan[0] == front {
+			s.plan = s.plan[1:]
+		}
+		s.mu.Unlock()
+		if u.done != nil {
+			close(u.done)
+		}
+		if err != nil {
+			s.cw.Flush()
+			if u.fatal != nil {
+				return "client_error", true
+			}
+			if errors.Is(err, errClientWrite) {
+				return "client_gone", true
+			}
+			return s.upstreamLost(err), true
+		}
+		if err := s.cw.Flush(); err != nil {
+			return "client_gone", true
+		}
+	}
+}
+
+// upstreamLost tells the client (when it is still there) that the upstream
+// connection ended, as Postgres's own client libraries would see it.
+func (s *session) upstreamLost(err error) string {
+	if s.clientGone.Load() {
+		return "client_gone"
+	}
+	s.mu.Lock()
+	level := s.shutdown
+	s.mu.Unlock()
+	if level > 0 {
+		s.cw.Write(encodeError(s.wbuf[:0], fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"), false, nil))
+		s.cw.Flush()
+		return "shutdown"
+	}
+	if e, ok := pgerr.As(err); ok && e.Code == pgerr.ProtocolViolation {
+		s.log.Warn("upstream protocol violation", "error", err)
+	} else {
+		s.log.Info("upstream connection lost", "error", err)
+	}
+	s.cw.Write(encodeError(s.wbuf[:0], fatal(pgerr.ConnectionFailure, "lost connection to the upstream server"), false, nil))
+	s.cw.Flush()
+	return "upstream_error"
+}
+
+var _ = bufio.NewReader

@@ -1,0 +1,386 @@
+package wire
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// UpstreamConfig says how sessions reach Postgres. Clients keep their own
+// credentials: only the address and TLS come from here.
+type UpstreamConfig struct {
+	Network string // "tcp" or "unix"
+	Address string // host:port, or the socket file path
+	// SSLMode as in libpq: disable, allow, prefer, require, verify-ca,
+	// verify-full. Empty means prefer over TCP; sockets never use TLS.
+	SSLMode string
+	// TLSConfig is used when TLS is negotiated; nil means InsecureSkipVerify
+	// (libpq's require/prefer do not verify either).
+	TLSConfig   *tls.Config
+	DialTimeout time.Duration // default 10s
+}
+
+// Config configures a Server.
+type Config struct {
+	Upstream UpstreamConfig
+	// TLS terminates client TLS when non-nil (SSLRequest → 'S'). Use
+	// GetCertificate to rotate certificates without restarting.
+	TLS         *tls.Config
+	Interceptor Interceptor // nil means PassThrough
+	Logger      *slog.Logger
+	Metrics     Metrics
+	// MaxClientConns refuses sessions beyond it with FATAL 53300; 0 = no cap.
+	MaxClientConns int
+	// MaxMessageSize caps a client frame body (default DefaultMaxMessageSize).
+	MaxMessageSize int
+	// MaxServerMessageSize caps a server frame body (default 1 GiB).
+	MaxServerMessageSize int
+	// AuthTimeout bounds everything before the first ReadyForQuery
+	// (Postgres's authentication_timeout; default 60s).
+	AuthTimeout time.Duration
+	// InstanceID is stored in the high bits of every minted BackendKeyData
+	// process id (11 bits are used); 0 picks a random one.
+	InstanceID uint16
+}
+
+// Server accepts client connections and relays each to its own upstream
+// connection. Close/Shutdown and Wait let callers prove nothing is left.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  Metrics
+	intercep Interceptor // nil for pass-through
+	instance uint32
+
+	mu       sync.Mutex
+	lns      map[net.Listener]struct{}
+	sessions map[*session]struct{}
+	keys     map[uint32]*session
+	nextPID  uint32
+	closing  bool
+	nextID   atomic.Uint64
+	active   atomic.Int64
+	wg       sync.WaitGroup
+	idle     chan struct{} // signalled when a session ends
+}
+
+// NewServer validates cfg and returns a Server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Upstream.Address == "" {
+		return nil, errors.New("wire: upstream address is required")
+	}
+	if cfg.Upstream.Network == "" {
+		cfg.Upstream.Network = "tcp"
+	}
+	switch cfg.Upstream.SSLMode {
+	case "", "disable", "allow", "prefer", "require", "verify-ca", "verify-full":
+	default:
+		return nil, fmt.Errorf("wire: unknown sslmode %q", cfg.Upstream.SSLMode)
+	}
+	if cfg.Upstream.DialTimeout == 0 {
+		cfg.Upstream.DialTimeout = 10 * time.Second
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.MaxServerMessageSize <= 0 {
+		cfg.MaxServerMessageSize = 1 << 30
+	}
+	if cfg.AuthTimeout <= 0 {
+		cfg.AuthTimeout = 60 * time.Second
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics,
+		lns: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, keys: map[uint32]*session{},
+		idle: make(chan struct{}, 1)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.metrics == nil {
+		s.metrics = nopMetrics{}
+	}
+	if _, ok := cfg.Interceptor.(PassThrough); !ok && cfg.Interceptor != nil {
+		s.intercep = cfg.Interceptor
+	}
+	id := uint32(cfg.InstanceID)
+	if id == 0 {
+		var b [2]byte
+		rand.Read(b[:])
+		id = uint32(binary.BigEndian.Uint16(b[:]))
+	}
+	s.instance = (id & 0x7ff) << 20
+	return s, nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("wire: server closed")
+
+// Serve accepts connections on ln until Shutdown or Close, and always closes
+// ln. It returns nil after Shutdown/Close, else the accept error.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.lns, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	var backoff time.Duration
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporary(err)) {
+				// Back off like net/http instead of spinning on EMFILE & co.
+				if backoff == 0 {
+					backoff = 5 * time.Millisecond
+				} else if backoff *= 2; backoff > time.Second {
+					backoff = time.Second
+				}
+				s.log.Warn("accept failed; retrying", "error", err, "delay", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.wg.Add(1)
+		go s.handle(conn)
+	}
+}
+
+// errTemporary treats resource exhaustion accept errors as retryable.
+func errTemporary(err error) error {
+	type temporary interface{ Temporary() bool }
+	var t temporary
+	if errors.As(err, &t) && t.Temporary() {
+		return err
+	}
+	return errNever
+}
+
+var errNever = errors.New("never")
+
+// ActiveSessions is the number of sessions past startup.
+func (s *Server) ActiveSessions() int { return int(s.active.Load()) }
+
+// Shutdown stops accepting, ends idle sessions with FATAL 57P01 at once and
+// busy ones when they become idle; when ctx ends first, the remaining
+// sessions get 57P01 and are closed. It returns when every session is gone.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.beginClose()
+	for {
+		s.mu.Lock()
+		for sess := range s.sessions {
+			sess.requestShutdown(false)
+		}
+		n := len(s.sessions)
+		s.mu.Unlock()
+		if n == 0 {
+			s.wg.Wait()
+			return nil
+		}
+		select {
+		case <-s.idle:
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			s.Close()
+			s.Wait()
+			return nil
+		}
+	}
+}
+
+// Close stops accepting and ends every session at once (FATAL 57P01 where
+// the client can still be written, then the sockets are closed).
+func (s *Server) Close() error {
+	s.beginClose()
+	s.mu.Lock()
+	for sess := range s.sessions {
+		sess.requestShutdown(true)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Wait blocks until Serve's connections have all ended.
+func (s *Server) Wait() { s.wg.Wait() }
+
+func (s *Server) beginClose() {
+	s.mu.Lock()
+	s.closing = true
+	for ln := range s.lns {
+		ln.Close()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) addSession(sess *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.sessions[sess] = struct{}{}
+	return true
+}
+
+func (s *Server) removeSession(sess *session) {
+	s.mu.Lock()
+	delete(s.sessions, sess)
+	if sess.key.ProcessID != 0 && s.keys[sess.key.ProcessID] == sess {
+		delete(s.keys, sess.key.ProcessID)
+	}
+	s.mu.Unlock()
+	select {
+	case s.idle <- struct{}{}:
+	default:
+	}
+}
+
+// mintKey registers sess under a fresh proxy-minted key whose secret has the
+// upstream secret's length (4 bytes on protocol 3.0, up to 256 on 3.2).
+func (s *Server) mintKey(sess *session, secretLen int) pgproto3.BackendKeyData {
+	secret := make([]byte, secretLen)
+	rand.Read(secret)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		s.nextPID = (s.nextPID + 1) & 0xfffff
+		if s.nextPID == 0 {
+			continue
+		}
+		pid := s.instance | s.nextPID
+		if _, used := s.keys[pid]; used {
+			continue
+		}
+		s.keys[pid] = sess
+		return pgproto3.BackendKeyData{ProcessID: pid, SecretKey: secret}
+	}
+}
+
+// routeCancel handles a CancelRequest: look the key up, compare the secret in
+// constant time, and cancel the local unit or forward the upstream's key.
+func (s *Server) routeCancel(pid uint32, secret []byte) {
+	s.mu.Lock()
+	sess := s.keys[pid]
+	s.mu.Unlock()
+	if sess == nil || subtle.ConstantTimeCompare(sess.key.SecretKey, secret) != 1 {
+		s.metrics.CancelRouted("unknown")
+		return
+	}
+	if sess.cancelLocal() {
+		s.metrics.CancelRouted("local")
+	} else {
+		s.metrics.CancelRouted("upstream")
+	}
+	sess.cancelUpstream()
+}
+
+// dialUpstream connects to Postgres and negotiates TLS per sslmode.
+func (s *Server) dialUpstream(ctx context.Context) (net.Conn, bool, error) {
+	u := s.cfg.Upstream
+	d := net.Dialer{Timeout: u.DialTimeout}
+	conn, err := d.DialContext(ctx, u.Network, u.Address)
+	if err != nil {
+		return nil, false, err
+	}
+	mode := u.SSLMode
+	if u.Network == "unix" || mode == "" && u.Network == "unix" {
+		mode = "disable"
+	}
+	if mode == "" {
+		mode = "prefer"
+	}
+	if mode == "disable" || mode == "allow" {
+		return conn, false, nil
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+		defer conn.SetDeadline(time.Time{})
+	}
+	var req [8]byte
+	binary.BigEndian.PutUint32(req[0:4], 8)
+	binary.BigEndian.PutUint32(req[4:8], protoSSLRequest)
+	if _, err := conn.Write(req[:]); err != nil {
+		conn.Close()
+		return nil, false, err
+	}
+	var resp [1]byte
+	if _, err := conn.Read(resp[:]); err != nil {
+		conn.Close()
+		return nil, false, err
+	}
+	switch resp[0] {
+	case 'S':
+		cfg := u.TLSConfig
+		if cfg == nil {
+			cfg = &tls.Config{InsecureSkipVerify: true}
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, false, fmt.Errorf("upstream TLS handshake: %w", err)
+		}
+		return tc, true, nil
+	case 'N':
+		if mode == "prefer" {
+			return conn, false, nil
+		}
+		conn.Close()
+		return nil, false, errors.New("upstream server does not support SSL, but sslmode=" + mode + " requires it")
+	default:
+		conn.Close()
+		return nil, false, fmt.Errorf("upstream answered SSLRequest with %q", resp[0])
+	}
+}
+
+// sendCancel opens a new upstream connection and sends a CancelRequest with
+// the upstream's real key, like pgconn's CancelRequest does.
+func (s *Server) sendCancel(key pgproto3.BackendKeyData) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := s.dialUpstream(ctx)
+	if err != nil {
+		s.log.Warn("cancel: dialing upstream", "error", err)
+		return
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := make([]byte, 0, 16+len(key.SecretKey))
+	msg = binary.BigEndian.AppendUint32(msg, uint32(12+len(key.SecretKey)))
+	msg = binary.BigEndian.AppendUint32(msg, protoCancelRequest)
+	msg = binary.BigEndian.AppendUint32(msg, key.ProcessID)
+	msg = append(msg, key.SecretKey...)
+	if _, err := conn.Write(msg); err != nil {
+		s.log.Warn("cancel: writing upstream", "error", err)
+		return
+	}
+	// Postgres closes without replying; wait for that so the cancel is
+	// processed before we return.
+	var b [1]byte
+	conn.Read(b[:])
+}

@@ -1,0 +1,461 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// session is one client connection and its upstream connection.
+type session struct {
+	srv  *Server
+	info *SessionInfo
+	log  *slog.Logger
+
+	client net.Conn
+	cr     *bufio.Reader
+	cw     *bufio.Writer // written only by the server→client pump (after startup)
+	up     net.Conn
+	upTLS  bool
+	ur     *bufio.Reader // read only by the server→client pump (after startup)
+	uw     *bufio.Writer // written by the client→server pump, or a unit it handed over to
+
+	upKey pgproto3.BackendKeyData // upstream's real key, never shown to the client
+	key   pgproto3.BackendKeyData // the proxy-minted key the client holds
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu         sync.Mutex
+	ready      bool
+	plan       []*planEntry
+	shutdown   int // 0 none, 1 graceful, 2 forced
+	unitCancel context.CancelCauseFunc
+
+	intercept   Interceptor // nil: pure pass-through
+	clientGone  atomic.Bool
+	wakePending atomic.Bool
+
+	sbuf []byte   // server→client pump scratch
+	wbuf []byte   // encode scratch for synthesized frames
+	held [][]byte // async frames held while a unit borrows the upstream
+}
+
+var (
+	errSessionOver = errors.New("session over")
+)
+
+func (s *Server) handle(conn net.Conn) {
+	defer s.wg.Done()
+	id := s.nextID.Add(1)
+	sess := &session{srv: s, client: conn,
+		info: &SessionInfo{ID: id, RemoteAddr: conn.RemoteAddr()},
+		log:  s.log.With("session", id, "client", conn.RemoteAddr().String())}
+	sess.info.setTxStatus('I')
+	sess.ctx, sess.cancel = context.WithCancel(context.Background())
+	defer sess.cancel()
+	if !s.addSession(sess) {
+		conn.Close()
+		return
+	}
+	defer s.removeSession(sess)
+	defer func() {
+		if r := recover(); r != nil {
+			sess.log.Error("session panic", "panic", r, "stack", string(debug.Stack()))
+		}
+		sess.closeAll()
+	}()
+	outcome := sess.run()
+	sess.log.Debug("session ended", "outcome", outcome)
+}
+
+func (s *session) closeAll() {
+	s.mu.Lock()
+	up, client := s.up, s.client
+	s.mu.Unlock()
+	if up != nil {
+		up.Close()
+	}
+	client.Close()
+}
+
+// requestShutdown asks the session to end: gracefully (when idle) or at once.
+func (s *session) requestShutdown(force bool) {
+	s.mu.Lock()
+	level := 1
+	if force {
+		level = 2
+	}
+	if level <= s.shutdown {
+		s.mu.Unlock()
+		return
+	}
+	s.shutdown = level
+	ready := s.ready
+	busy := len(s.plan) > 0
+	s.mu.Unlock()
+	if !ready {
+		// Still in startup: nothing to drain, the client has no session yet.
+		s.closeAll()
+		return
+	}
+	if force {
+		if busy {
+			// Stop what the backend is running, so the upstream is freed now.
+			go s.cancelUpstream()
+		}
+		s.cancel()
+		// A pump blocked writing to a client that does not read cannot be
+		// woken: close the sockets after a short while.
+		time.AfterFunc(2*time.Second, s.closeAll)
+	}
+	s.wake()
+}
+
+// wake interrupts the server→client pump's upstream read (see peekHeader).
+func (s *session) wake() {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	if up != nil {
+		s.wakePending.Store(true)
+		up.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+func (s *session) cancelUpstream() {
+	if s.upKey.ProcessID == 0 {
+		return
+	}
+	s.srv.sendCancel(s.upKey)
+}
+
+// cancelLocal cancels a running local unit; false when none runs.
+func (s *session) cancelLocal() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unitCancel == nil {
+		return false
+	}
+	s.unitCancel(ErrQueryCanceled)
+	return true
+}
+
+// writeDirect writes a FATAL before the buffered writers exist.
+func (s *session) fatalDirect(e *pgerr.Error) {
+	s.client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	s.client.Write(encodeError(nil, e, false, s.log))
+}
+
+// run executes the session's phases and returns its outcome.
+func (s *session) run() string {
+	srv := s.srv
+	deadline := time.Now().Add(srv.cfg.AuthTimeout)
+	s.client.SetDeadline(deadline)
+
+	// S0: exact reads until a StartupMessage.
+	var startup []byte
+	buf := make([]byte, 0, 256)
+	sslDone, gssDone := false, false
+	for startup == nil {
+		pkt, err := readStartupPacket(s.client, buf)
+		if err != nil {
+			if e, ok := pgerr.As(err); ok {
+				e.Severity = pgerr.SeverityFatal
+				s.fatalDirect(e)
+				return "client_error"
+			}
+			return "client_gone"
+		}
+		code := binary.BigEndian.Uint32(pkt[:4])
+		switch {
+		case code == protoSSLRequest && len(pkt) == 4 && !sslDone:
+			sslDone = true
+			if srv.cfg.TLS == nil {
+				if _, err := s.client.Write([]byte{'N'}); err != nil {
+					return "client_gone"
+				}
+				continue
+			}
+			if _, err := s.client.Write([]byte{'S'}); err != nil {
+				return "client_gone"
+			}
+			tc := tls13Server(s.client, srv.cfg.TLS)
+			if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
+				s.log.Debug("client TLS handshake failed", "error", err)
+				return "client_error"
+			}
+			s.mu.Lock()
+			s.client = tc
+			s.mu.Unlock()
+			s.info.TLS = true
+		case code == protoGSSENCRequest && len(pkt) == 4 && !gssDone:
+			gssDone = true
+			if _, err := s.client.Write([]byte{'N'}); err != nil {
+				return "client_gone"
+			}
+		case code == protoCancelRequest && len(pkt) >= 12 && len(pkt) <= 8+256:
+			srv.routeCancel(binary.BigEndian.Uint32(pkt[4:8]), pkt[8:])
+			return "cancel"
+		case code>>16 == 3:
+			// Keep the raw bytes: re-encoding would reorder the parameters.
+			startup = binary.BigEndian.AppendUint32(make([]byte, 0, len(pkt)+4), uint32(len(pkt)+4))
+			startup = append(startup, pkt...)
+			params, err := parseStartupParams(pkt[4:])
+			if err != nil {
+				e, _ := pgerr.As(err)
+				e.Severity = pgerr.SeverityFatal
+				s.fatalDirect(e)
+				return "client_error"
+			}
+			s.info.Params = params
+			s.info.User = params["user"]
+			s.info.Database = params["database"]
+			if s.info.Database == "" {
+				s.info.Database = s.info.User
+			}
+		default:
+			s.fatalDirect(fatal(pgerr.ProtocolViolation, "unsupported frontend protocol %d.%d: server supports 3.0 to 3.2", code>>16, code&0xffff))
+			return "client_error"
+		}
+	}
+	if s.info.User == "" {
+		s.fatalDirect(fatal(pgerr.InvalidAuthorizationSpec, "no PostgreSQL user name specified in startup packet"))
+		return "client_error"
+	}
+	s.log = s.log.With("user", s.info.User, "database", s.info.Database)
+
+	if n := srv.active.Add(1); srv.cfg.MaxClientConns > 0 && n > int64(srv.cfg.MaxClientConns) {
+		srv.active.Add(-1)
+		s.fatalDirect(fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
+		srv.metrics.SessionClosed("refused")
+		return "refused"
+	}
+	defer srv.active.Add(-1)
+	srv.metrics.SessionOpened()
+	outcome := "ok"
+	defer func() { srv.metrics.SessionClosed(outcome) }()
+
+	// S1: dial upstream.
+	up, upTLS, err := srv.dialUpstream(s.ctxWithDeadline(deadline))
+	if err != nil {
+		s.log.Warn("dialing upstream failed", "error", err, "sqlstate", pgerr.ConnectionFailure)
+		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not connect to upstream server: %v", err))
+		outcome = "upstream_error"
+		return outcome
+	}
+	s.mu.Lock()
+	s.up, s.upTLS = up, upTLS
+	closing := s.shutdown > 0
+	s.mu.Unlock()
+	if closing {
+		s.fatalDirect(fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"))
+		outcome = "shutdown"
+		return outcome
+	}
+	up.SetDeadline(deadline)
+	s.ur = bufio.NewReaderSize(up, 16<<10)
+	s.uw = bufio.NewWriterSize(up, 8<<10)
+	s.cr = bufio.NewReaderSize(s.client, 16<<10)
+	s.cw = bufio.NewWriterSize(s.client, 8<<10)
+	if _, err := s.uw.Write(startup); err != nil || s.uw.Flush() != nil {
+		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not send startup packet to upstream server"))
+		outcome = "upstream_error"
+		return outcome
+	}
+
+	// S2/S3: authentication relay and startup tail.
+	if oc, err := s.startupRelay(); err != nil {
+		outcome = oc
+		if e, ok := pgerr.As(err); ok {
+			s.cw.Write(encodeError(nil, e, false, s.log))
+		}
+		s.cw.Flush()
+		if outcome != "auth_failed" {
+			s.log.Debug("startup failed", "error", err)
+		}
+		return outcome
+	}
+	s.client.SetDeadline(time.Time{})
+	up.SetDeadline(time.Time{})
+	s.mu.Lock()
+	s.ready = true
+	s.mu.Unlock()
+	if _, repl := s.info.Params["replication"]; !repl {
+		s.intercept = srv.intercep
+	}
+	s.log.Debug("session ready")
+
+	// S4: the two pumps.
+	c2sDone := make(chan struct{})
+	go func() {
+		defer close(c2sDone)
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("client pump panic", "panic", r, "stack", string(debug.Stack()))
+				s.closeAll()
+			}
+		}()
+		s.clientToServer()
+	}()
+	outcome = s.serverToClient()
+	s.closeAll()
+	s.cancel()
+	<-c2sDone
+	return outcome
+}
+
+func (s *session) ctxWithDeadline(dl time.Time) context.Context {
+	ctx, cancel := context.WithDeadline(s.ctx, dl)
+	context.AfterFunc(ctx, cancel) // released when it expires or the session ends
+	return ctx
+}
+
+// startupRelay relays authentication (S2) and the startup tail (S3) until the
+// first ReadyForQuery.
+func (s *session) startupRelay() (string, error) {
+	max := s.srv.cfg.MaxServerMessageSize
+	if max > maxInspect {
+		max = maxInspect
+	}
+	for {
+		if s.ur.Buffered() < 5 {
+			if err := s.cw.Flush(); err != nil {
+				return "client_gone", err
+			}
+		}
+		typ, n, err := peekHeader(s.ur, max)
+		if err != nil {
+			if _, ok := pgerr.As(err); ok {
+				return "upstream_error", fatal(pgerr.ProtocolViolation, "upstream sent an invalid message during startup")
+			}
+			return "upstream_error", fatal(pgerr.ConnectionFailure, "upstream server closed the connection during startup")
+		}
+		body, err := readBody(s.ur, s.sbuf, n)
+		s.sbuf = body
+		if err != nil {
+			return "upstream_error", fatal(pgerr.ConnectionFailure, "upstream server closed the connection during startup")
+		}
+		switch typ {
+		case 'R':
+			if len(body) < 4 {
+				return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid authentication message from upstream")
+			}
+			switch binary.BigEndian.Uint32(body) {
+			case 0, 12: // AuthenticationOk, SASLFinal: nothing to answer
+				s.writeFrame(typ, body)
+			case 10: // AuthenticationSASL
+				var m pgproto3.AuthenticationSASL
+				if err := m.Decode(body); err != nil {
+					return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid AuthenticationSASL from upstream")
+				}
+				if s.info.TLS && s.upTLS {
+					e := fatal(pgerr.InvalidAuthorizationSpec, "SCRAM authentication cannot be relayed when both the client and the upstream connection use TLS").
+						WithHint("connect with sslmode=disable on a trusted network, use sslmode=disable upstream, or use a password/md5 role").
+						WithClass("unsupported", "ScramOverTls")
+					return "auth_failed", e
+				}
+				// Channel binding would bind to our certificate, not the
+				// server's: offer only the plain mechanisms (D3).
+				mechs := m.AuthMechanisms[:0]
+				for _, mech := range m.AuthMechanisms {
+					if !strings.HasSuffix(mech, "-PLUS") {
+						mechs = append(mechs, mech)
+					}
+				}
+				m.AuthMechanisms = mechs
+				out, _ := m.Encode(nil)
+				s.cw.Write(out)
+				if err := s.relayClientAuth(); err != nil {
+					return "client_error", err
+				}
+			default: // cleartext 3, md5 5, GSS 7/8, SSPI 9, SASLContinue 11
+				s.writeFrame(typ, body)
+				if err := s.relayClientAuth(); err != nil {
+					return "client_error", err
+				}
+			}
+		case 'E':
+			s.writeFrame(typ, body)
+			return "auth_failed", errors.New("upstream refused the session")
+		case 'K':
+			var k pgproto3.BackendKeyData
+			if err := k.Decode(body); err != nil {
+				return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid BackendKeyData from upstream")
+			}
+			s.upKey = pgproto3.BackendKeyData{ProcessID: k.ProcessID, SecretKey: append([]byte(nil), k.SecretKey...)}
+			s.key = s.srv.mintKey(s, len(k.SecretKey))
+			out, _ := s.key.Encode(nil)
+			s.cw.Write(out)
+		case 'S':
+			s.noteParameterStatus(body)
+			s.writeFrame(typ, body)
+		case 'Z':
+			if len(body) == 1 {
+				s.info.setTxStatus(body[0])
+			}
+			s.writeFrame(typ, body)
+			if err := s.cw.Flush(); err != nil {
+				return "client_gone", err
+			}
+			return "ok", nil
+		default: // NoticeResponse, NegotiateProtocolVersion, ...
+			s.writeFrame(typ, body)
+		}
+	}
+}
+
+// relayClientAuth forwards exactly one client password/SASL message.
+func (s *session) relayClientAuth() error {
+	if err := s.cw.Flush(); err != nil {
+		return err
+	}
+	typ, n, err := peekHeader(s.cr, maxAuthMessage)
+	if err != nil {
+		if e, ok := pgerr.As(err); ok {
+			e.Severity = pgerr.SeverityFatal
+			return e
+		}
+		return fmt.Errorf("reading authentication response: %w", err)
+	}
+	if typ != 'p' {
+		return fatal(pgerr.ProtocolViolation, "expected password response, got message type %s", quoteTyp(typ))
+	}
+	s.uw.Write(appendHeader(s.wbuf[:0], typ, n))
+	if _, err := io.CopyN(s.uw, s.cr, int64(n)); err != nil {
+		return fmt.Errorf("reading authentication response: %w", err)
+	}
+	return s.uw.Flush()
+}
+
+func (s *session) noteParameterStatus(body []byte) {
+	var ps pgproto3.ParameterStatus
+	if ps.Decode(body) == nil {
+		s.info.setServerParameter(ps.Name, ps.Value)
+	}
+}
+
+// writeFrame writes a frame to the client's buffer.
+func (s *session) writeFrame(typ byte, body []byte) error {
+	var h [5]byte
+	h[0] = typ
+	binary.BigEndian.PutUint32(h[1:], uint32(len(body)+4))
+	if _, err := s.cw.Write(h[:]); err != nil {
+		return err
+	}
+	_, err := s.cw.Write(body)
+	return err
+}
