@@ -39,29 +39,30 @@ var scenarios = []scenario{
 
 // config is the command line.
 type config struct {
-	Profile    string
-	Quick      bool
-	Reps       int
-	Duration   time.Duration
-	Wait       time.Duration
-	Out        string
-	Disk       string
-	DirectDSN  string
-	ProxyDSN   string
-	BouncerDSN string
-	ProxyBin   string
-	ProxyArgs  string
-	PgbenchBin string
-	BouncerBin string
-	RunAs      string
-	Scale      int
-	Clients    string
-	Modes      string
-	CopyRows   int
-	IdleConns  int
-	Sampling   float64
-	NoProxy    bool
-	NoBouncer  bool
+	Profile     string
+	Quick       bool
+	Reps        int
+	Duration    time.Duration
+	Wait        time.Duration
+	Out         string
+	Disk        string
+	DirectDSN   string
+	ProxyDSN    string
+	BouncerDSN  string
+	ProxyBin    string
+	ProxyArgs   string
+	PgbenchBin  string
+	BouncerBin  string
+	RunAs       string
+	Scale       int
+	Clients     string
+	Modes       string
+	CopyRows    int
+	StreamIters int
+	IdleConns   int
+	Sampling    float64
+	NoProxy     bool
+	NoBouncer   bool
 }
 
 // bench is what a scenario gets: the configuration and the output.
@@ -97,6 +98,7 @@ func run() int {
 	fs.StringVar(&cfg.Clients, "clients", "1,8", "pgbench client counts, comma separated")
 	fs.StringVar(&cfg.Modes, "modes", "select-simple,select-extended,select-prepared,tpcb", "pgbench modes, comma separated; also: connect (-C)")
 	fs.IntVar(&cfg.CopyRows, "copy-rows", 0, "rows per COPY (default 1000000; 100000 with -quick)")
+	fs.IntVar(&cfg.StreamIters, "stream-iters", 0, "COPYs (and large results) per streaming cell, timed together (default 3; 1 with -quick)")
 	fs.IntVar(&cfg.IdleConns, "idle-conns", 0, "idle client connections for the memory figure (default 1000; 100 with -quick)")
 	fs.Float64Var(&cfg.Sampling, "sampling", 0.1, "share of transactions pgbench logs for latency percentiles (0 turns the log off)")
 	fs.BoolVar(&cfg.NoProxy, "no-proxy", false, "leave the proxy out (baselines only)")
@@ -207,6 +209,7 @@ func (c *config) defaults() error {
 	pick(&c.Scale, 5, 20)
 	pick(&c.CopyRows, 100_000, 1_000_000)
 	pick(&c.IdleConns, 100, 1000)
+	pick(&c.StreamIters, 1, 3)
 	if c.Duration == 0 {
 		switch {
 		case c.Quick:

@@ -363,9 +363,19 @@ func (c *countHash) Write(b []byte) (int, error) {
 	return c.h.Write(b)
 }
 
-// streamPoint times op on a fresh connection through path; op returns the
-// bytes and rows it moved. The connection time is not part of the figure.
-func (p *passthrough) streamPoint(ctx context.Context, path string, op func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error), check func() error) point {
+// streamOp is one streaming operation: prep runs untimed before each
+// iteration (may be nil), op is timed and returns the bytes and rows it
+// moved, check verifies what that iteration did (the oracle).
+type streamOp struct {
+	prep  func(ctx context.Context) error
+	op    func(ctx context.Context, c *pgconn.PgConn) (nbytes, rows int64, err error)
+	check func() error
+}
+
+// streamPoint times so.op on a fresh connection through path, Iters times
+// (one COPY of 1M rows takes well under a second here, too short to read
+// alone on a noisy box). The connection time is not part of the figure.
+func (p *passthrough) streamPoint(ctx context.Context, path string, so streamOp) point {
 	pt := point{Value: math.NaN(), P50: math.NaN(), P99: math.NaN(), Fields: map[string]any{}}
 	dsn, pid, err := p.target(ctx, path)
 	if err != nil {
@@ -378,34 +388,48 @@ func (p *passthrough) streamPoint(ctx context.Context, path string, op func(ctx 
 		return pt
 	}
 	defer conn.Close(context.Background())
-	t0c, _ := cpuTicks(pid)
-	t0 := time.Now()
-	nbytes, rows, err := op(ctx, conn)
-	el := time.Since(t0)
-	t1c, _ := cpuTicks(pid)
+	var el time.Duration
+	var ticks, nbytes, rows int64
+	iters := p.b.cfg.StreamIters
+	pt.Fields["iterations"] = iters
+	pt.Fields["oracle_ok"] = false
+	for range iters {
+		if so.prep != nil {
+			if err := so.prep(ctx); err != nil {
+				pt.Err = err
+				return pt
+			}
+		}
+		t0c, _ := cpuTicks(pid)
+		t0 := time.Now()
+		nb, nr, err := so.op(ctx, conn)
+		el += time.Since(t0)
+		t1c, _ := cpuTicks(pid)
+		ticks += t1c - t0c
+		nbytes += nb
+		rows += nr
+		if err != nil {
+			pt.Err = err
+			return pt
+		}
+		if err := so.check(); err != nil {
+			pt.Err = err
+			return pt
+		}
+	}
+	pt.Fields["oracle_ok"] = true
 	pt.Fields["seconds"] = el.Seconds()
 	pt.Fields["bytes"] = nbytes
 	pt.Fields["rows"] = rows
-	if err != nil {
-		pt.Err = err
-		pt.Fields["oracle_ok"] = false
-		return pt
-	}
 	pt.Value = float64(nbytes) / el.Seconds()
 	pt.Fields["bytes_per_sec"] = pt.Value
 	pt.Fields["rows_per_sec"] = float64(rows) / el.Seconds()
 	if pid > 0 && rows > 0 {
-		pt.Fields[cpuKey(path, "row")] = float64(t1c-t0c) * 1e6 / clockTicks / float64(rows)
+		pt.Fields[cpuKey(path, "row")] = float64(ticks) * 1e6 / clockTicks / float64(rows)
 		if kb, err := rssKB(pid); err == nil {
 			pt.Fields[rssKey(path)] = float64(kb) / 1024
 		}
 	}
-	if err := check(); err != nil {
-		pt.Err = err
-		pt.Fields["oracle_ok"] = false
-		return pt
-	}
-	pt.Fields["oracle_ok"] = true
 	return pt
 }
 
@@ -413,17 +437,21 @@ func (p *passthrough) streamPoint(ctx context.Context, path string, op func(ctx 
 // identical to the direct reference.
 func (p *passthrough) copyOutShape() shapeSpec {
 	return shapeSpec{Name: "copy-out", Unit: "MB/s", Scale: 1e6, run: func(ctx context.Context, path string) point {
-		ch := &countHash{h: sha256.New()}
-		return p.streamPoint(ctx, path, func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error) {
-			tag, err := c.CopyTo(ctx, ch, "COPY bench_copy_src TO STDOUT")
-			return ch.n, tag.RowsAffected(), err
-		}, func() error {
-			var sum [32]byte
-			copy(sum[:], ch.h.Sum(nil))
-			if ch.n != int64(len(p.copyRef)) || sum != p.copyRefHash {
-				return fmt.Errorf("oracle: COPY out returned %d bytes differing from the direct reference (%d bytes)", ch.n, len(p.copyRef))
-			}
-			return nil
+		var ch *countHash
+		return p.streamPoint(ctx, path, streamOp{
+			op: func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error) {
+				ch = &countHash{h: sha256.New()}
+				tag, err := c.CopyTo(ctx, ch, "COPY bench_copy_src TO STDOUT")
+				return ch.n, tag.RowsAffected(), err
+			},
+			check: func() error {
+				var sum [32]byte
+				copy(sum[:], ch.h.Sum(nil))
+				if ch.n != int64(len(p.copyRef)) || sum != p.copyRefHash {
+					return fmt.Errorf("oracle: COPY out returned %d bytes differing from the direct reference (%d bytes)", ch.n, len(p.copyRef))
+				}
+				return nil
+			},
 		})
 	}}
 }
@@ -432,22 +460,26 @@ func (p *passthrough) copyOutShape() shapeSpec {
 // the table must then hold exactly the source's rows.
 func (p *passthrough) copyInShape() shapeSpec {
 	return shapeSpec{Name: "copy-in", Unit: "MB/s", Scale: 1e6, run: func(ctx context.Context, path string) point {
-		if _, err := p.admin.Exec(ctx, "TRUNCATE bench_copy_dst").ReadAll(); err != nil {
-			return point{Value: math.NaN(), P50: math.NaN(), P99: math.NaN(), Err: err}
-		}
-		return p.streamPoint(ctx, path, func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error) {
-			tag, err := c.CopyFrom(ctx, bytes.NewReader(p.copyRef), "COPY bench_copy_dst FROM STDIN")
-			return int64(len(p.copyRef)), tag.RowsAffected(), err
-		}, func() error {
-			res, err := p.admin.Exec(ctx, `SELECT count(*), (SELECT count(*) FROM (SELECT * FROM bench_copy_dst EXCEPT ALL SELECT * FROM bench_copy_src) d) FROM bench_copy_dst`).ReadAll()
-			if err != nil {
-				return fmt.Errorf("oracle: %w", err)
-			}
-			n, extra := string(res[0].Rows[0][0]), string(res[0].Rows[0][1])
-			if n != strconv.Itoa(p.copyRows) || extra != "0" {
-				return fmt.Errorf("oracle: COPY in left %s rows (%s not in the source), want %d", n, extra, p.copyRows)
-			}
-			return nil
+		return p.streamPoint(ctx, path, streamOp{
+			prep: func(ctx context.Context) error {
+				_, err := p.admin.Exec(ctx, "TRUNCATE bench_copy_dst").ReadAll()
+				return err
+			},
+			op: func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error) {
+				tag, err := c.CopyFrom(ctx, bytes.NewReader(p.copyRef), "COPY bench_copy_dst FROM STDIN")
+				return int64(len(p.copyRef)), tag.RowsAffected(), err
+			},
+			check: func() error {
+				res, err := p.admin.Exec(ctx, `SELECT count(*), (SELECT count(*) FROM (SELECT * FROM bench_copy_dst EXCEPT ALL SELECT * FROM bench_copy_src) d) FROM bench_copy_dst`).ReadAll()
+				if err != nil {
+					return fmt.Errorf("oracle: %w", err)
+				}
+				n, extra := string(res[0].Rows[0][0]), string(res[0].Rows[0][1])
+				if n != strconv.Itoa(p.copyRows) || extra != "0" {
+					return fmt.Errorf("oracle: COPY in left %s rows (%s not in the source), want %d", n, extra, p.copyRows)
+				}
+				return nil
+			},
 		})
 	}}
 }
@@ -457,19 +489,23 @@ func (p *passthrough) bigResultShape() shapeSpec {
 	sql := fmt.Sprintf("SELECT repeat('x', %d) FROM generate_series(1, %d)", bigRowBytes, p.bigRows)
 	return shapeSpec{Name: "large-result", Unit: "MB/s", Scale: 1e6, run: func(ctx context.Context, path string) point {
 		var rows, nbytes int64
-		return p.streamPoint(ctx, path, func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error) {
-			rr := c.ExecParams(ctx, sql, nil, nil, nil, nil)
-			for rr.NextRow() {
-				rows++
-				nbytes += int64(len(rr.Values()[0]))
-			}
-			_, err := rr.Close()
-			return nbytes, rows, err
-		}, func() error {
-			if rows != int64(p.bigRows) || nbytes != int64(p.bigRows*bigRowBytes) {
-				return fmt.Errorf("oracle: large result had %d rows, %d bytes; want %d, %d", rows, nbytes, p.bigRows, p.bigRows*bigRowBytes)
-			}
-			return nil
+		return p.streamPoint(ctx, path, streamOp{
+			op: func(ctx context.Context, c *pgconn.PgConn) (int64, int64, error) {
+				rows, nbytes = 0, 0
+				rr := c.ExecParams(ctx, sql, nil, nil, nil, nil)
+				for rr.NextRow() {
+					rows++
+					nbytes += int64(len(rr.Values()[0]))
+				}
+				_, err := rr.Close()
+				return nbytes, rows, err
+			},
+			check: func() error {
+				if rows != int64(p.bigRows) || nbytes != int64(p.bigRows*bigRowBytes) {
+					return fmt.Errorf("oracle: large result had %d rows, %d bytes; want %d, %d", rows, nbytes, p.bigRows, p.bigRows*bigRowBytes)
+				}
+				return nil
+			},
 		})
 	}}
 }
