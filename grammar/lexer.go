@@ -1,0 +1,408 @@
+package grammar
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// The lexer follows Postgres's scan.l closely enough to find token
+// boundaries, names and errors; the formulas' tokens are only inspected
+// (missing AS, parameters, long names, nesting), their meaning comes from
+// pg_query. Positions are byte offsets; posMap converts them to characters.
+
+type tokKind uint8
+
+const (
+	tEOF    tokKind = iota
+	tIdent          // unquoted word, val folded to lower case
+	tQIdent         // "quoted", val decoded
+	tUIdent         // U&"…", val is the raw body
+	tString         // any string literal form
+	tNumber
+	tParam // $n
+	tOp    // operator characters
+	tLParen
+	tRParen
+	tLBrack
+	tRBrack
+	tComma
+	tSemi
+	tDot
+	tColon
+	tCast // ::
+)
+
+type token struct {
+	kind       tokKind
+	start, end int // byte offsets into the statement text
+	val        string
+}
+
+// maxNameBytes is NAMEDATALEN-1: Postgres truncates longer names, we refuse
+// them (grammar spec §2.3).
+const maxNameBytes = 63
+
+// posMap converts byte offsets to 1-based character positions.
+type posMap struct {
+	ascii bool
+	idx   []int32 // idx[b] = characters before byte b; built only for non-ASCII text
+}
+
+func newPosMap(text string) *posMap {
+	for i := 0; i < len(text); i++ {
+		if text[i] >= utf8.RuneSelf {
+			idx := make([]int32, len(text)+1)
+			var n int32
+			for b := 0; b < len(text); b++ {
+				idx[b] = n
+				// Count a character at every byte that is not a UTF-8
+				// continuation byte (invalid text is refused before use).
+				if b+1 >= len(text) || text[b+1]&0xC0 != 0x80 {
+					n++
+				}
+			}
+			idx[len(text)] = n
+			return &posMap{idx: idx}
+		}
+	}
+	return &posMap{ascii: true}
+}
+
+// at returns the 1-based character position of byte offset b.
+func (m *posMap) at(b int) Pos {
+	if b < 0 {
+		return 0
+	}
+	if m.ascii {
+		return Pos(b + 1)
+	}
+	if b >= len(m.idx) {
+		b = len(m.idx) - 1
+	}
+	return Pos(m.idx[b] + 1)
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+func isIdentStart(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c >= 0x80
+}
+
+func isIdentCont(c byte) bool {
+	return isIdentStart(c) || c >= '0' && c <= '9' || c == '$'
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isOpChar(c byte) bool { return strings.IndexByte("~!@#^&|`?+-*/%<>=", c) >= 0 }
+
+// foldASCII lower-cases ASCII letters only, as Postgres does for unquoted
+// names under UTF-8.
+func foldASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+type lexer struct {
+	text string
+	p    int
+	pm   *posMap
+}
+
+func (lx *lexer) errAt(variant string, b int, format string, args ...any) *pgerr.Error {
+	return newErr(variant, lx.pm.at(b), format, args...)
+}
+
+// skip moves past whitespace and comments (-- to end of line, nested /* */).
+func (lx *lexer) skip() *pgerr.Error {
+	t := lx.text
+	for lx.p < len(t) {
+		c := t[lx.p]
+		switch {
+		case isSpace(c):
+			lx.p++
+		case c == '-' && lx.p+1 < len(t) && t[lx.p+1] == '-':
+			for lx.p < len(t) && t[lx.p] != '\n' && t[lx.p] != '\r' {
+				lx.p++
+			}
+		case c == '/' && lx.p+1 < len(t) && t[lx.p+1] == '*':
+			start := lx.p
+			depth := 0
+			for {
+				if lx.p+1 >= len(t) {
+					lx.p = len(t)
+					return lx.errAt(UnterminatedComment, start, "unterminated /* comment")
+				}
+				if t[lx.p] == '/' && t[lx.p+1] == '*' {
+					depth++
+					lx.p += 2
+				} else if t[lx.p] == '*' && t[lx.p+1] == '/' {
+					depth--
+					lx.p += 2
+					if depth == 0 {
+						break
+					}
+				} else {
+					lx.p++
+				}
+			}
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// next returns the next token.
+func (lx *lexer) next() (token, *pgerr.Error) {
+	if err := lx.skip(); err != nil {
+		return token{kind: tEOF, start: len(lx.text), end: len(lx.text)}, err
+	}
+	t := lx.text
+	s := lx.p
+	if s >= len(t) {
+		return token{kind: tEOF, start: s, end: s}, nil
+	}
+	c := t[s]
+	var c1, c2 byte
+	if s+1 < len(t) {
+		c1 = t[s+1]
+	}
+	if s+2 < len(t) {
+		c2 = t[s+2]
+	}
+	tok := func(k tokKind, end int) (token, *pgerr.Error) {
+		lx.p = end
+		return token{kind: k, start: s, end: end}, nil
+	}
+	switch {
+	case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && c1 == '\'':
+		return lx.quoted(s, s+1, false)
+	case (c == 'e' || c == 'E') && c1 == '\'':
+		return lx.quoted(s, s+1, true)
+	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '\'':
+		return lx.quoted(s, s+2, false)
+	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '"':
+		tk, err := lx.quotedIdent(s, s+2)
+		tk.kind = tUIdent
+		return tk, err
+	case isIdentStart(c):
+		e := s + 1
+		for e < len(t) && isIdentCont(t[e]) {
+			e++
+		}
+		lx.p = e
+		v := foldASCII(t[s:e])
+		if len(v) > maxNameBytes {
+			return token{}, lx.errAt(NameTooLong, s, "identifier %q is %d bytes long; names are limited to %d bytes", v, len(v), maxNameBytes)
+		}
+		return token{kind: tIdent, start: s, end: e, val: v}, nil
+	case c == '"':
+		return lx.quotedIdent(s, s)
+	case c == '\'':
+		return lx.quoted(s, s, false)
+	case c == '$':
+		if isDigit(c1) {
+			e := s + 1
+			for e < len(t) && isDigit(t[e]) {
+				e++
+			}
+			return tok(tParam, e)
+		}
+		// Dollar quote: $tag$ … $tag$, the tag an identifier without '$'.
+		e := s + 1
+		if e < len(t) && isIdentStart(t[e]) {
+			e++
+			for e < len(t) && isIdentCont(t[e]) && t[e] != '$' {
+				e++
+			}
+		}
+		if e < len(t) && t[e] == '$' {
+			delim := t[s : e+1]
+			i := strings.Index(t[e+1:], delim)
+			if i < 0 {
+				lx.p = len(t)
+				return token{}, lx.errAt(UnterminatedString, s, "unterminated dollar-quoted string")
+			}
+			return tok(tString, e+1+i+len(delim))
+		}
+		return token{}, lx.errAt(UnexpectedChar, s, "unexpected character \"$\"")
+	case isDigit(c) || c == '.' && isDigit(c1):
+		return tok(tNumber, lx.number(s))
+	case c == '.':
+		return tok(tDot, s+1)
+	case c == ':':
+		if c1 == ':' {
+			return tok(tCast, s+2)
+		}
+		if c1 == '=' {
+			return tok(tOp, s+2)
+		}
+		return tok(tColon, s+1)
+	case c == '(':
+		return tok(tLParen, s+1)
+	case c == ')':
+		return tok(tRParen, s+1)
+	case c == '[':
+		return tok(tLBrack, s+1)
+	case c == ']':
+		return tok(tRBrack, s+1)
+	case c == ',':
+		return tok(tComma, s+1)
+	case c == ';':
+		return tok(tSemi, s+1)
+	case isOpChar(c):
+		e := s
+		for e < len(t) && isOpChar(t[e]) {
+			// A comment start ends the operator, as in scan.l.
+			if e > s && e+1 < len(t) && (t[e] == '-' && t[e+1] == '-' || t[e] == '/' && t[e+1] == '*') {
+				break
+			}
+			e++
+		}
+		return tok(tOp, e)
+	}
+	r, _ := utf8.DecodeRuneInString(t[s:])
+	return token{}, lx.errAt(UnexpectedChar, s, "unexpected character %q", r)
+}
+
+// number scans a numeric literal starting at s and returns its end. Trailing
+// junk (123abc) is left to Postgres's parser, which reports it.
+func (lx *lexer) number(s int) int {
+	t := lx.text
+	e := s
+	if t[e] == '0' && e+1 < len(t) && strings.IndexByte("xXoObB", t[e+1]) >= 0 {
+		e += 2
+		for e < len(t) && (isDigit(t[e]) || t[e] == '_' || t[e] >= 'a' && t[e] <= 'f' || t[e] >= 'A' && t[e] <= 'F') {
+			e++
+		}
+		return e
+	}
+	for e < len(t) && (isDigit(t[e]) || t[e] == '_') {
+		e++
+	}
+	if e < len(t) && t[e] == '.' && !(e+1 < len(t) && t[e+1] == '.') {
+		e++
+		for e < len(t) && (isDigit(t[e]) || t[e] == '_') {
+			e++
+		}
+	}
+	if e < len(t) && (t[e] == 'e' || t[e] == 'E') {
+		f := e + 1
+		if f < len(t) && (t[f] == '+' || t[f] == '-') {
+			f++
+		}
+		if f < len(t) && isDigit(t[f]) {
+			for f < len(t) && isDigit(t[f]) {
+				f++
+			}
+			e = f
+		}
+	}
+	return e
+}
+
+// quoted scans a string literal whose opening quote is at q (s is the token
+// start, before any E/B/X/N/U& prefix).
+func (lx *lexer) quoted(s, q int, backslash bool) (token, *pgerr.Error) {
+	t := lx.text
+	i := q + 1
+	for i < len(t) {
+		switch t[i] {
+		case '\\':
+			if backslash {
+				i += 2
+				continue
+			}
+		case '\'':
+			if i+1 < len(t) && t[i+1] == '\'' {
+				i += 2
+				continue
+			}
+			lx.p = i + 1
+			return token{kind: tString, start: s, end: i + 1}, nil
+		}
+		i++
+	}
+	lx.p = len(t)
+	return token{}, lx.errAt(UnterminatedString, s, "unterminated quoted string")
+}
+
+// quotedIdent scans "…" with its opening quote at q.
+func (lx *lexer) quotedIdent(s, q int) (token, *pgerr.Error) {
+	t := lx.text
+	var b strings.Builder
+	i := q + 1
+	for i < len(t) {
+		if t[i] == '"' {
+			if i+1 < len(t) && t[i+1] == '"' {
+				b.WriteByte('"')
+				i += 2
+				continue
+			}
+			lx.p = i + 1
+			v := b.String()
+			if v == "" {
+				return token{}, lx.errAt(ZeroLengthIdentifier, s, "zero-length delimited identifier")
+			}
+			if len(v) > maxNameBytes {
+				return token{}, lx.errAt(NameTooLong, s, "identifier %q is %d bytes long; names are limited to %d bytes", v, len(v), maxNameBytes)
+			}
+			return token{kind: tQIdent, start: s, end: i + 1, val: v}, nil
+		}
+		b.WriteByte(t[i])
+		i++
+	}
+	lx.p = len(t)
+	return token{}, lx.errAt(UnterminatedString, s, "unterminated quoted identifier")
+}
+
+// leadingTrellis decides from the first tokens whether text is a Trellis
+// statement (grammar spec §2.1), with the real lexer. Recognize is the fast
+// byte-level twin; the fuzz test keeps them in agreement.
+func leadingTrellis(text string) bool {
+	lx := &lexer{text: text, pm: &posMap{ascii: true}}
+	t1, err := lx.next()
+	if err != nil || t1.kind != tIdent {
+		return false
+	}
+	switch t1.val {
+	case "transform", "relationship", "pause", "resume":
+		return true
+	case "alter", "drop":
+	default:
+		return false
+	}
+	t2, err := lx.next()
+	if err != nil || t2.kind != tIdent {
+		return false
+	}
+	if t1.val == "alter" {
+		return t2.val == "transform"
+	}
+	if t2.val == "relationship" {
+		return true
+	}
+	if t2.val != "transform" {
+		return false
+	}
+	t3, err := lx.next()
+	if err != nil {
+		return true // not the word IF or FOR, whatever it is
+	}
+	return !(t3.kind == tIdent && (t3.val == "if" || t3.val == "for"))
+}
