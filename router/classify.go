@@ -1,0 +1,245 @@
+// Package router classifies client statements (D5): ordinary SQL, which
+// passes through unparsed; Trellis statements, which the proxy executes; and
+// calls of the proxy-only functions, which the proxy answers itself. It also
+// splits multi-statement strings where Postgres would.
+package router
+
+import (
+	"strings"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/trellis-proxy/trellis-proxy/grammar"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// Kind says who answers a unit.
+type Kind int
+
+const (
+	// PassThrough units go upstream as written.
+	PassThrough Kind = iota
+	// Statement units are Trellis statements the proxy executes.
+	Statement
+	// ProxyCall units call a proxy-only function (surface §11).
+	ProxyCall
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Statement:
+		return "statement"
+	case ProxyCall:
+		return "call"
+	}
+	return "passthrough"
+}
+
+// Unit is one statement of a client's query string with its route.
+type Unit struct {
+	Piece
+	Kind Kind
+	// Stmt is the parsed Trellis statement (Kind == Statement, Err == nil).
+	Stmt grammar.Statement
+	// Err is the parse error of a Trellis statement, its position already
+	// relative to the whole query string.
+	Err *pgerr.Error
+	// Call is the proxy-only call (Kind == ProxyCall).
+	Call *Call
+}
+
+// Plan is the classification of one client query string. A nil *Plan means
+// "pass the whole string through untouched".
+type Plan struct {
+	Units []Unit
+}
+
+// Local reports whether any unit needs the proxy.
+func (p *Plan) Local() bool {
+	if p == nil {
+		return false
+	}
+	for _, u := range p.Units {
+		if u.Kind != PassThrough {
+			return true
+		}
+	}
+	return false
+}
+
+// Options configure classification for one proxy instance.
+type Options struct {
+	// Schema is the instance's catalog schema (lower case); "trellis" always
+	// names it too through the proxy (surface §1.1).
+	Schema string
+}
+
+// Classify routes a simple-query string (or the text of one Parse message).
+// It returns nil, without parsing anything, for ordinary SQL.
+func Classify(sql string, opts Options) *Plan {
+	if !MayConcernTrellis(sql, opts.Schema) {
+		return nil
+	}
+	pieces := Split(sql)
+	plan := &Plan{Units: make([]Unit, 0, len(pieces))}
+	local := false
+	for _, p := range pieces {
+		u := Unit{Piece: p}
+		switch {
+		case grammar.Recognize(p.Text):
+			u.Kind = Statement
+			local = true
+			stmt, err := grammar.Parse(p.Text)
+			if err != nil {
+				u.Err = asPgErr(err).ShiftPosition(p.CharOffset)
+			} else {
+				u.Stmt = stmt
+			}
+		default:
+			if call := parseCall(p.Text, opts.Schema); call != nil {
+				u.Kind = ProxyCall
+				u.Call = call
+				local = true
+			}
+		}
+		plan.Units = append(plan.Units, u)
+	}
+	if !local {
+		return nil
+	}
+	return plan
+}
+
+func asPgErr(err error) *pgerr.Error {
+	if e, ok := pgerr.As(err); ok {
+		return e
+	}
+	return pgerr.New(pgerr.SyntaxError, err.Error()).Wrap(err)
+}
+
+// Call is a call of a proxy-only function in one of the accepted shapes:
+// SELECT trellis.f(args) [AS alias] or SELECT * FROM trellis.f(args).
+type Call struct {
+	Func string // function name without schema, e.g. "await_converged"
+	// Column is the result column's name (the alias, else the function name).
+	Column string
+	// Star is true for the SELECT * FROM f(...) shape.
+	Star bool
+	// ArgsSQL is "SELECT arg1, arg2, ..." re-rendered from the syntax tree:
+	// the proxy evaluates it on the client's backend (binding the client's
+	// parameters) to get the argument values, so $n, casts and calls of real
+	// trellis functions work as the surface spec says. Empty with no args.
+	ArgsSQL string
+	NArgs   int
+}
+
+// ProxyFunctions are the functions the proxy answers itself (surface §4).
+var ProxyFunctions = map[string]bool{
+	"await_converged": true, "try_await_converged": true, "await_live": true,
+	"await_self_check": true, "apply": true, "define": true,
+	"metrics_text": true, "migrate": true,
+}
+
+// parseCall recognises an accepted proxy-call shape. Anything else,
+// including a proxy-only function used inside a larger query, goes upstream,
+// where the function's catalog stub refuses it with 0A000 (surface §11).
+func parseCall(text, schema string) *Call {
+	if !containsAnyProxyFunc(text) {
+		return nil
+	}
+	tree, err := pg_query.Parse(text)
+	if err != nil || len(tree.Stmts) != 1 {
+		return nil
+	}
+	sel := tree.Stmts[0].Stmt.GetSelectStmt()
+	if sel == nil || sel.WhereClause != nil || len(sel.GroupClause) > 0 || sel.HavingClause != nil ||
+		len(sel.SortClause) > 0 || sel.LimitCount != nil || sel.LimitOffset != nil || len(sel.ValuesLists) > 0 ||
+		sel.WithClause != nil || len(sel.DistinctClause) > 0 || sel.Op != pg_query.SetOperation_SETOP_NONE ||
+		len(sel.TargetList) != 1 || sel.IntoClause != nil || len(sel.LockingClause) > 0 {
+		return nil
+	}
+	target := sel.TargetList[0].GetResTarget()
+	if target == nil {
+		return nil
+	}
+	var fc *pg_query.FuncCall
+	call := &Call{}
+	switch len(sel.FromClause) {
+	case 0:
+		fc = target.Val.GetFuncCall()
+		call.Column = target.Name
+	case 1:
+		// SELECT * FROM trellis.f(args) [AS alias]
+		ref := target.Val.GetColumnRef()
+		if ref == nil || len(ref.Fields) != 1 || ref.Fields[0].GetAStar() == nil || target.Name != "" {
+			return nil
+		}
+		rf := sel.FromClause[0].GetRangeFunction()
+		if rf == nil || rf.Lateral || rf.Ordinality || rf.IsRowsfrom || len(rf.Functions) != 1 {
+			return nil
+		}
+		items := rf.Functions[0].GetList()
+		if items == nil || len(items.Items) == 0 {
+			return nil
+		}
+		fc = items.Items[0].GetFuncCall()
+		call.Star = true
+		if rf.Alias != nil {
+			call.Column = rf.Alias.Aliasname
+		}
+	default:
+		return nil
+	}
+	if fc == nil || len(fc.Funcname) != 2 || fc.AggStar || fc.AggDistinct || fc.Over != nil ||
+		fc.AggFilter != nil || len(fc.AggOrder) > 0 || fc.FuncVariadic {
+		return nil
+	}
+	ns, name := fc.Funcname[0].GetString_().GetSval(), fc.Funcname[1].GetString_().GetSval()
+	if (ns != "trellis" && ns != schema) || !ProxyFunctions[name] {
+		return nil
+	}
+	call.Func = name
+	if call.Column == "" {
+		call.Column = name
+	}
+	call.NArgs = len(fc.Args)
+	if len(fc.Args) > 0 {
+		args := &pg_query.SelectStmt{}
+		for _, a := range fc.Args {
+			if a.GetNamedArgExpr() != nil {
+				return nil
+			}
+			args.TargetList = append(args.TargetList, pg_query.MakeResTargetNodeWithVal(a, 0))
+		}
+		out, err := pg_query.Deparse(&pg_query.ParseResult{Version: tree.Version, Stmts: []*pg_query.RawStmt{{
+			Stmt: &pg_query.Node{Node: &pg_query.Node_SelectStmt{SelectStmt: args}},
+		}}})
+		if err != nil {
+			return nil
+		}
+		call.ArgsSQL = out
+	}
+	return call
+}
+
+func containsAnyProxyFunc(text string) bool {
+	for _, f := range []string{"await_", "apply", "define", "metrics_text", "migrate"} {
+		if containsFold(text, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// StatementName is a short label for metrics: the statement kind or call.
+func (u *Unit) StatementName() string {
+	switch {
+	case u.Kind == Statement && u.Stmt != nil:
+		return string(u.Stmt.Kind())
+	case u.Kind == Statement:
+		return "invalid"
+	case u.Kind == ProxyCall:
+		return strings.ToLower(u.Call.Func)
+	}
+	return "passthrough"
+}
