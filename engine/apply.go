@@ -1,0 +1,297 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// compiledDef is a definition's generated SQL, cached by (id, version).
+type compiledDef struct {
+	id, version int64
+	c           *compiled
+	lockInsert  string
+	lockSelect  string
+	derive      string
+	deleteEmpty string
+	recompute   string
+	ledgerGC    string
+}
+
+func (e *Engine) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
+	e.cacheMu.Lock()
+	cd := e.cache[id]
+	e.cacheMu.Unlock()
+	if cd != nil && cd.version == version {
+		return cd, nil
+	}
+	c := &compiled{}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return nil, fmt.Errorf("definition %d: bad compiled form: %w", id, err)
+	}
+	cd = &compiledDef{id: id, version: version, c: c}
+	cd.generate()
+	e.cacheMu.Lock()
+	e.cache[id] = cd
+	e.cacheMu.Unlock()
+	return cd, nil
+}
+
+func joinf(n int, f func(i int) string, sep string) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = f(i)
+	}
+	return strings.Join(parts, sep)
+}
+
+func (cd *compiledDef) generate() {
+	c := cd.c
+	cd.lockInsert = "INSERT INTO " + c.ledger() + ` (k) SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k COLLATE "C" ON CONFLICT (k) DO NOTHING`
+	cd.lockSelect = "SELECT count(*) FROM (SELECT k FROM " + c.ledger() + ` WHERE k = ANY($1::text[]) ORDER BY k COLLATE "C" FOR UPDATE) l`
+	_, unnest, _ := keyArgs(nil, c.Key, c.KeyNullable)
+	src := c.source() + " AS " + ident(SourceAlias)
+	lookup := keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)
+	if !c.Spec.IsAggregate() {
+		nk, nf := len(c.Key), len(c.Spec.Fields)
+		tcols := joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ")
+		if nf > 0 {
+			tcols += ", " + joinf(nf, func(i int) string { return ident(c.Spec.Fields[i].Name) }, ", ")
+		}
+		sel := joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
+		if nf > 0 {
+			sel += ", " + joinf(nf, func(i int) string { return "__f" + itoa(i) }, ", ")
+		}
+		set := joinf(nk, func(i int) string { n := ident(c.Key[i].Name); return n + " = excluded." + n }, ", ")
+		if nf > 0 {
+			set += ", " + joinf(nf, func(i int) string { n := ident(c.Spec.Fields[i].Name); return n + " = excluded." + n }, ", ")
+		}
+		liveCols := joinf(nk, func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " AS __p" + itoa(i) }, ", ")
+		if nf > 0 {
+			liveCols += ", " + joinf(nf, func(i int) string { return "(" + c.Spec.Fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
+		}
+		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
+live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
+gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
+up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM live ORDER BY __k COLLATE "C"
+       ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO UPDATE SET ` + set + `
+       WHERE t *<> excluded RETURNING 1),
+del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
+DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
+		return
+	}
+
+	ng, na := len(c.Spec.GroupBy), len(c.Args)
+	gs := func(prefix string) string {
+		return joinf(ng, func(i int) string { return prefix + "g" + itoa(i) }, ", ")
+	}
+	as := func(prefix string) string {
+		if na == 0 {
+			return ""
+		}
+		return ", " + joinf(na, func(i int) string { return prefix + "a" + itoa(i) }, ", ")
+	}
+	sks := func(prefix string) string {
+		if !c.NeedSrcKey {
+			return ""
+		}
+		return ", " + joinf(len(c.Key), func(i int) string { return prefix + "sk" + itoa(i) }, ", ")
+	}
+	liveCols := joinf(ng, func(i int) string { return "(" + c.Spec.GroupBy[i].Expr + ") AS g" + itoa(i) }, ", ")
+	for i, a := range c.Args {
+		liveCols += ", (" + a.Expr + ") AS a" + itoa(i)
+	}
+	if c.NeedSrcKey {
+		for i, k := range c.Key {
+			liveCols += ", " + ident(SourceAlias) + "." + ident(k.Name) + " AS sk" + itoa(i)
+		}
+	}
+	setLedger := "member = w.member, " + joinf(ng, func(i int) string { return "g" + itoa(i) + " = w.g" + itoa(i) }, ", ")
+	for i := range c.Args {
+		setLedger += ", a" + itoa(i) + " = w.a" + itoa(i)
+	}
+	if c.NeedSrcKey {
+		for i := range c.Key {
+			setLedger += ", sk" + itoa(i) + " = w.sk" + itoa(i)
+		}
+	}
+	gcols := joinf(ng, func(i int) string { return ident(c.Spec.GroupBy[i].Name) }, ", ")
+	// Deltas per group.
+	dcols := []string{"sum(sign) AS dm"}
+	insCols := []string{`"__members"`}
+	insVals := []string{"dm"}
+	set := []string{`"__members" = t."__members" + excluded."__members"`}
+	for i, a := range c.Args {
+		ai := "a" + itoa(i)
+		dcols = append(dcols, "sum(CASE WHEN "+ai+" IS NULL THEN 0 ELSE sign END) AS dc"+itoa(i))
+		insCols = append(insCols, ident("__cnt"+itoa(i)))
+		insVals = append(insVals, "dc"+itoa(i))
+		set = append(set, ident("__cnt"+itoa(i))+" = t."+ident("__cnt"+itoa(i))+" + excluded."+ident("__cnt"+itoa(i)))
+		if a.NeedSum {
+			z := "CAST('0' AS " + a.SumType + ")"
+			// Subtracting the negative part keeps a type's minimum from overflowing on negation.
+			dcols = append(dcols, "coalesce(sum("+ai+") FILTER (WHERE sign > 0), "+z+") - coalesce(sum("+ai+") FILTER (WHERE sign < 0), "+z+") AS ds"+itoa(i))
+			insCols = append(insCols, ident("__sum"+itoa(i)))
+			insVals = append(insVals, "ds"+itoa(i))
+			set = append(set, ident("__sum"+itoa(i))+" = t."+ident("__sum"+itoa(i))+" + excluded."+ident("__sum"+itoa(i)))
+		}
+		if a.NeedTrue {
+			dcols = append(dcols, "sum(CASE WHEN "+ai+" THEN sign ELSE 0 END) AS dt"+itoa(i))
+			insCols = append(insCols, ident("__true"+itoa(i)))
+			insVals = append(insVals, "dt"+itoa(i))
+			set = append(set, ident("__true"+itoa(i))+" = t."+ident("__true"+itoa(i))+" + excluded."+ident("__true"+itoa(i)))
+		}
+	}
+	acc := func(newRow bool, what string, i int) string {
+		col := map[string]string{"m": `"__members"`, "c": ident("__cnt" + itoa(i)), "s": ident("__sum" + itoa(i)), "t": ident("__true" + itoa(i))}[what]
+		if newRow {
+			return map[string]string{"m": "dm", "c": "dc" + itoa(i), "s": "ds" + itoa(i), "t": "dt" + itoa(i)}[what]
+		}
+		return "(t." + col + " + excluded." + col + ")"
+	}
+	incExpr := func(f Field, a int, newRow bool) string {
+		var x string
+		switch f.Agg {
+		case AggCountStar:
+			x = acc(newRow, "m", 0)
+		case AggCount:
+			x = acc(newRow, "c", a)
+		case AggSum:
+			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "s", a) + " END"
+		case AggAvg:
+			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "s", a) + "::numeric / " + acc(newRow, "c", a) + "::numeric END"
+		case AggBoolAnd:
+			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "t", a) + " = " + acc(newRow, "c", a) + " END"
+		case AggBoolOr:
+			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "t", a) + " > 0 END"
+		}
+		if f.Cast != "" {
+			x = "(" + x + ")::" + f.Cast
+		}
+		return x
+	}
+	var recompute []int
+	for i, f := range c.Spec.Fields {
+		if c.Recompute[i] {
+			recompute = append(recompute, i)
+			continue
+		}
+		insCols = append(insCols, ident(f.Name))
+		insVals = append(insVals, incExpr(f, c.FieldArg[i], true))
+		set = append(set, ident(f.Name)+" = "+incExpr(f, c.FieldArg[i], false))
+	}
+	cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
+live AS (SELECT u.k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
+want AS (SELECT u.k, (l.k IS NOT NULL) AS member, ` + gs("l.") + as("l.") + sks("l.") + ` FROM u LEFT JOIN live l ON l.k = u.k),
+old AS (SELECT e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY($1::text[])),
+upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM want w
+        WHERE e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
+        RETURNING e.k),
+moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
+          UNION ALL
+          SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM want w JOIN upd USING (k) WHERE w.member),
+d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `)
+INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
+SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
+ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
+RETURNING t.ctid`
+	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
+	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
+	if len(recompute) > 0 {
+		match := joinf(ng, func(i int) string {
+			g := "t2." + ident(c.Spec.GroupBy[i].Name)
+			e := "e.g" + itoa(i)
+			return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
+		}, " AND ")
+		var subs, sets, diffs []string
+		for _, i := range recompute {
+			f := c.Spec.Fields[i]
+			a := "e.a" + itoa(c.FieldArg[i])
+			var agg string
+			if f.Agg == AggJSONBAgg {
+				agg = "jsonb_agg(" + a + " ORDER BY " + joinf(len(c.Key), func(j int) string { return "e.sk" + itoa(j) }, ", ") + ")"
+			} else {
+				agg = aggSQLName[f.Agg] + "(" + a + ")"
+			}
+			if f.Cast != "" {
+				agg = "(" + agg + ")::" + f.Cast
+			}
+			name := ident(f.Name)
+			subs = append(subs, "(SELECT "+agg+" FROM "+c.ledger()+" e WHERE e.member AND "+match+") AS __r"+itoa(i))
+			sets = append(sets, name+" = m.__r"+itoa(i))
+			// Renderings, not =: numeric 1.5 and 1.50 differ.
+			diffs = append(diffs, "t."+name+"::text IS DISTINCT FROM m.__r"+itoa(i)+"::text")
+		}
+		cd.recompute = "UPDATE " + c.target() + " AS t SET " + strings.Join(sets, ", ") +
+			" FROM (SELECT t2.ctid AS __c, " + strings.Join(subs, ", ") + " FROM " + c.target() + " t2 WHERE t2.ctid = ANY($1::tid[])) m" +
+			" WHERE t.ctid = m.__c AND (" + strings.Join(diffs, " OR ") + ")"
+	}
+}
+
+// errLockShort means a concurrent page deleted a ledger entry between our
+// insert and our lock: retry the page.
+var errLockShort = fmt.Errorf("ledger lock incomplete; retrying")
+
+// applyKeys re-derives keys of one definition inside tx: lock the entries,
+// then, in the next statement, read the source live and write (§12.6).
+func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	args, _, bad := keyArgs(keys, cd.c.Key, cd.c.KeyNullable)
+	if len(bad) > 0 {
+		e.log.Warn("undecodable keys skipped", "definition", cd.id, "count", len(bad))
+	}
+	good := args[0].([]string)
+	if !e.plant.noEntryLock {
+		locked := false
+		for attempt := 0; attempt < 5 && !locked; attempt++ {
+			if _, err := tx.Exec(ctx, cd.lockInsert, good); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, cd.lockSelect, good).Scan(&n); err != nil {
+				return err
+			}
+			locked = n == len(good)
+		}
+		if !locked {
+			return errLockShort
+		}
+	}
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("locked")
+	}
+	if !cd.c.Spec.IsAggregate() {
+		_, err := tx.Exec(ctx, cd.derive, args...)
+		return err
+	}
+	rows, err := tx.Query(ctx, cd.derive, args...)
+	if err != nil {
+		return err
+	}
+	tids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
+	if err != nil {
+		return err
+	}
+	if len(tids) > 0 {
+		if _, err := tx.Exec(ctx, cd.deleteEmpty, tids); err != nil {
+			return err
+		}
+		if cd.recompute != "" {
+			if _, err := tx.Exec(ctx, cd.recompute, tids); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = tx.Exec(ctx, cd.ledgerGC, good)
+	return err
+}

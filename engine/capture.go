@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// captureVersion changes whenever the generated capture code changes, so
+// the staging worker replaces stale bodies.
+const captureVersion = "1"
+
+var captureEvents = []string{"insert", "update", "delete", "truncate"}
+
+// capturePlan is everything needed to install capture on one table.
+type capturePlan struct {
+	table    string // canonical name, valid SQL
+	key      []keyCol
+	nullable bool
+	hash     string
+}
+
+func (e *Engine) newCapturePlan(table string, key []keyCol, nullable bool) *capturePlan {
+	h := sha256.New()
+	kj, _ := json.Marshal(key)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s", captureVersion, e.cfg.Schema, e.workerRole, table, nullable, kj)
+	return &capturePlan{table: table, key: key, nullable: nullable, hash: hex.EncodeToString(h.Sum(nil))[:32]}
+}
+
+func (e *Engine) tableTag(table string) string {
+	h := sha256.Sum256([]byte(e.cfg.Schema + "\x00" + table))
+	return hex.EncodeToString(h[:8])
+}
+
+func (e *Engine) capFunc(table, event string) string {
+	return e.tbl("_cap_" + event + "_" + e.tableTag(table))
+}
+
+// triggerName is <schema>_capture_<event> (§12.3), so two instances can
+// capture one table.
+func (e *Engine) triggerName(event string) string {
+	n := e.cfg.Schema + "_capture_" + event
+	if len(n) > 63 {
+		h := sha256.Sum256([]byte(e.cfg.Schema))
+		n = "t" + hex.EncodeToString(h[:6]) + "_capture_" + event
+	}
+	return n
+}
+
+// captureDDL renders the functions and triggers of a table's capture.
+func (e *Engine) captureDDL(p *capturePlan) []string {
+	tag := "$cap_" + e.tableTag(p.table) + "$"
+	head := func(event string) string {
+		return "CREATE OR REPLACE FUNCTION " + e.capFunc(p.table, event) + `() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, YMD' SET timezone = 'UTC' SET intervalstyle = 'postgres'
+SET bytea_output = 'hex' SET extra_float_digits = 1
+AS ` + tag + `
+#variable_conflict use_variable
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text;
+BEGIN
+  -- Inherit origin and hop only when a Trellis drain is the writer (chains).
+  v_s := current_setting('trellis.origin', true);
+  IF session_user = ` + lit(e.workerRole) + ` AND coalesce(v_s, '') <> '' THEN
+    v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
+    v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+  ELSE
+    v_origin := pg_current_wal_insert_lsn();
+  END IF;
+`
+	}
+	tail := "  RETURN NULL;\nEND " + tag
+	log := e.tbl("_change_log")
+	key := keySQL("x", p.key, p.nullable)
+	tl := lit(p.table)
+	fn := map[string]string{
+		"insert": head("insert") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  SELECT " + tl + ", " + key +
+			", 'insert', v_origin, v_hop FROM trellis_new x;\n" + tail,
+		"delete": head("delete") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  SELECT " + tl + ", " + key +
+			", 'delete', v_origin, v_hop FROM trellis_old x;\n" + tail,
+		"update": head("update") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  SELECT " + tl +
+			`, coalesce(n.k, d.k),
+         CASE WHEN n.k IS NULL THEN 'delete' WHEN d.k IS NULL THEN 'insert' ELSE 'update' END, v_origin, v_hop
+  FROM      (SELECT ` + key + ` AS k, x AS r FROM trellis_new x) n
+  FULL JOIN (SELECT ` + key + ` AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
+  WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r;   -- no-op filter: binary row images
+` + tail,
+		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  VALUES (" + tl +
+			", NULL, 'truncate', v_origin, v_hop);\n" + tail,
+	}
+	var out []string
+	for _, ev := range captureEvents {
+		out = append(out, fn[ev], "REVOKE ALL ON FUNCTION "+e.capFunc(p.table, ev)+"() FROM PUBLIC")
+		trg := ident(e.triggerName(ev))
+		var ref string
+		switch ev {
+		case "insert":
+			ref = " REFERENCING NEW TABLE AS trellis_new"
+		case "update":
+			ref = " REFERENCING OLD TABLE AS trellis_old NEW TABLE AS trellis_new"
+		case "delete":
+			ref = " REFERENCING OLD TABLE AS trellis_old"
+		}
+		out = append(out, "CREATE OR REPLACE TRIGGER "+trg+" AFTER "+strings.ToUpper(ev)+" ON "+p.table+ref+
+			" FOR EACH STATEMENT EXECUTE FUNCTION "+e.capFunc(p.table, ev)+"()",
+			"ALTER TABLE "+p.table+" ENABLE ALWAYS TRIGGER "+trg)
+	}
+	return out
+}
+
+// captureHealthy reports whether the table carries our current capture.
+func (e *Engine) captureHealthy(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
+	names := make([]string, len(captureEvents))
+	for i, ev := range captureEvents {
+		names[i] = e.triggerName(ev)
+	}
+	var ok bool
+	err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s ct
+		WHERE ct.table_name = $1 AND ct.function_hash = $2 AND ct.table_oid = to_regclass($1)::oid)
+		AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($3) AND tgenabled = 'A') = 4`,
+		e.tbl("_captured_tables")), p.table, p.hash, names).Scan(&ok)
+	return ok, err
+}
+
+// installCapture installs or replaces capture under a short lock_timeout.
+// The commit is the table's join fence (§12.3). ok=false: lock not granted,
+// retry next pass.
+func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *capturePlan) (ok bool, err error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+		return false, err
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", p.table).Scan(&exists); err != nil || !exists {
+		return false, err
+	}
+	// Waits out open writers, or fails fast: writers wait at most one attempt.
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+p.table+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		if isLockTimeout(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	for _, s := range e.captureDDL(p) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return false, fmt.Errorf("installing capture on %s: %w", p.table, err)
+		}
+	}
+	kj, _ := json.Marshal(p.key)
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (table_name, table_oid, key_columns, key_nullable, enable_mode, function_hash, installed_at)
+		VALUES ($1, to_regclass($1)::oid, $2, $3, 'A', $4, now())
+		ON CONFLICT (table_name) DO UPDATE SET table_oid = excluded.table_oid, key_columns = excluded.key_columns,
+		  key_nullable = excluded.key_nullable, function_hash = excluded.function_hash, installed_at = now()`,
+		e.tbl("_captured_tables")), p.table, kj, p.nullable, p.hash); err != nil {
+		return false, err
+	}
+	return true, tx.Commit(ctx)
+}
+
+// uninstallCapture removes capture from a table no definition reads.
+func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table string) error {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+		return err
+	}
+	// Still unread, seen under the row lock (a Define may be racing us).
+	var unread bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %s WHERE table_name = $1)
+		FROM %s WHERE table_name = $1 FOR UPDATE`, e.tbl("_definition_reads"), e.tbl("_captured_tables")), table).Scan(&unread); err != nil {
+		if err == pgx.ErrNoRows {
+			return nil
+		}
+		return err
+	}
+	if !unread {
+		return nil
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		for _, ev := range captureEvents {
+			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+ident(e.triggerName(ev))+" ON "+table); err != nil {
+				if isLockTimeout(err) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	for _, ev := range captureEvents {
+		if _, err := tx.Exec(ctx, "DROP FUNCTION IF EXISTS "+e.capFunc(table, ev)+"()"); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE table_name = $1", e.tbl("_captured_tables")), table); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func isLockTimeout(err error) bool {
+	return codeOf(err) == "55P03"
+}
+
+var _ = time.Second

@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// formatVersion is the newest catalog format this build knows.
+const formatVersion = 1
+
+// migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
+// catalog schema. Each runs in the migrating transaction.
+var migrations = []string{
+	`
+CREATE TABLE {{S}}._instance (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  schema_name text NOT NULL, format_version int NOT NULL, target_schema text NOT NULL,
+  worker_role name NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+
+CREATE TABLE {{S}}._definitions (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  target_table text NOT NULL UNIQUE, target_oid oid NOT NULL, ledger_oid oid NOT NULL,
+  owner_role oid NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('one_to_one','aggregate')),
+  source_table text NOT NULL, source_oid oid NOT NULL,
+  definition_sql text NOT NULL,
+  compiled jsonb NOT NULL,
+  status text NOT NULL CHECK (status IN
+    ('waiting_to_backfill','backfilling','live','paused','quarantined')),
+  status_detail jsonb,
+  version bigint NOT NULL DEFAULT 1,
+  build_id bigint, build_kind text, build_started_at timestamptz,
+  build_rows_estimated bigint, build_rows_done bigint,
+  created_at timestamptz NOT NULL DEFAULT now());
+CREATE SEQUENCE {{S}}._build_seq;
+
+CREATE TABLE {{S}}._definition_reads (
+  definition_id bigint NOT NULL REFERENCES {{S}}._definitions ON DELETE CASCADE,
+  table_name text NOT NULL, table_oid oid NOT NULL,
+  columns jsonb NOT NULL DEFAULT '[]',
+  role text NOT NULL CHECK (role IN ('source','to_one','to_many','upstream_target')),
+  PRIMARY KEY (definition_id, table_name, role));
+CREATE INDEX ON {{S}}._definition_reads (table_name);
+
+CREATE TABLE {{S}}._captured_tables (
+  table_name text PRIMARY KEY, table_oid oid NOT NULL,
+  key_columns jsonb NOT NULL, key_nullable boolean NOT NULL,
+  enable_mode "char" NOT NULL, function_hash text NOT NULL,
+  installed_at timestamptz);
+
+CREATE SEQUENCE {{S}}._change_seq CACHE 32;
+
+CREATE TABLE {{S}}._change_log (
+  change_id bigint NOT NULL DEFAULT nextval('{{SL}}._change_seq'),
+  txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  src_table text NOT NULL,
+  key text,
+  op text NOT NULL CHECK (op IN ('insert','update','delete','truncate','rederive','schema')),
+  definition_id bigint,
+  join_vals jsonb,
+  origin_lsn pg_lsn,
+  hop smallint NOT NULL DEFAULT 0, staged_at timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 100, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 20000);
+CREATE INDEX ON {{S}}._change_log (txid);
+CREATE INDEX ON {{S}}._change_log (origin_lsn);
+
+CREATE TABLE {{S}}._batches (
+  seq bigint PRIMARY KEY, snap pg_snapshot NOT NULL,
+  sealed_at timestamptz NOT NULL DEFAULT now(), row_count bigint NOT NULL,
+  bucket_count smallint NOT NULL, has_truncate boolean NOT NULL,
+  done_mask bigint NOT NULL DEFAULT 0,
+  state text NOT NULL CHECK (state IN ('sealed','drained')), drained_at timestamptz);
+INSERT INTO {{S}}._batches (seq, snap, row_count, bucket_count, has_truncate, done_mask, state, drained_at)
+VALUES (0, '1:1:', 0, 1, false, 1, 'drained', now());
+
+CREATE TABLE {{S}}._seal_lock (id boolean PRIMARY KEY DEFAULT true CHECK (id));
+INSERT INTO {{S}}._seal_lock VALUES (true);
+
+CREATE TABLE {{S}}._batch_buckets (
+  batch_seq bigint NOT NULL REFERENCES {{S}}._batches ON DELETE CASCADE,
+  bucket smallint NOT NULL,
+  state text NOT NULL DEFAULT 'open' CHECK (state IN ('open','done')),
+  after_table text, after_key text,
+  pages int NOT NULL DEFAULT 0,
+  attempts int NOT NULL DEFAULT 0, last_error text, last_sqlstate text,
+  next_attempt_at timestamptz,
+  PRIMARY KEY (batch_seq, bucket));
+
+CREATE TABLE {{S}}._workers (
+  worker_id text PRIMARY KEY, proxy_id text NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('staging','drain')),
+  registered_at timestamptz NOT NULL DEFAULT now(), last_seen timestamptz NOT NULL);
+
+CREATE TABLE {{S}}._build_tasks (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  definition_id bigint NOT NULL REFERENCES {{S}}._definitions ON DELETE CASCADE,
+  build_id bigint NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('plan','chunk')), lo text, hi text,
+  state text NOT NULL DEFAULT 'open' CHECK (state IN ('open','done')),
+  attempts int NOT NULL DEFAULT 0, rows_done bigint, last_error text, next_attempt_at timestamptz);
+CREATE INDEX ON {{S}}._build_tasks (build_id, state);
+
+CREATE TABLE {{S}}._poison (
+  definition_id bigint NOT NULL REFERENCES {{S}}._definitions ON DELETE CASCADE,
+  src_table text NOT NULL, key text NOT NULL, error text NOT NULL, sqlstate text,
+  origin_lsn pg_lsn,
+  poisoned_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (definition_id, src_table, key));
+
+CREATE FUNCTION {{S}}._converged(token pg_lsn) RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH d AS (SELECT snap FROM {{S}}._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+  SELECT NOT EXISTS (SELECT 1 FROM {{S}}._change_log c, d
+                     WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
+                       AND NOT pg_visible_in_snapshot(c.txid, d.snap))
+     AND NOT EXISTS (SELECT 1 FROM {{S}}._poison p
+                     WHERE p.origin_lsn IS NULL OR p.origin_lsn <= token);
+$fn$;
+`,
+}
+
+func (e *Engine) renderCatalogSQL(s string) string {
+	s = strings.ReplaceAll(s, "{{SL}}", strings.ReplaceAll(ident(e.cfg.Schema), "'", "''"))
+	return strings.ReplaceAll(s, "{{S}}", ident(e.cfg.Schema))
+}
+
+// lockKey derives a 64-bit advisory lock key from a name.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+func catalogErr(format string, args ...any) *pgerr.Error {
+	return pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, format, args...).WithClass("conflict", "CatalogSchemaRefused")
+}
+
+// Migrate creates or upgrades the instance's catalog schema. It is
+// idempotent and safe to run from several processes at once (it serializes
+// on an advisory lock).
+func (e *Engine) Migrate(ctx context.Context) error {
+	if e.cfg.Schema == "public" || e.cfg.Schema == "pg_catalog" || strings.HasPrefix(e.cfg.Schema, "pg_") {
+		return catalogErr("schema %q cannot be a Trellis catalog schema", e.cfg.Schema).WithHint("choose a dedicated schema, e.g. trellis")
+	}
+	if e.cfg.Schema == e.cfg.TargetSchema {
+		return catalogErr("the catalog schema %q cannot also be the target schema", e.cfg.Schema)
+	}
+	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("trellis-migrate")); err != nil {
+		return err
+	}
+	others, err := e.otherInstances(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for _, o := range others {
+		if o[1] == e.cfg.Schema {
+			return catalogErr("schema %q is the target schema of the Trellis instance in %q", e.cfg.Schema, o[0])
+		}
+		if o[0] == e.cfg.TargetSchema {
+			return catalogErr("target schema %q is another Trellis instance's catalog", e.cfg.TargetSchema)
+		}
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", e.cfg.Schema).Scan(&exists); err != nil {
+		return err
+	}
+	version := 0
+	if exists {
+		var marker, objects int
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*) FILTER (WHERE c.relname = '_instance'), count(*)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1`,
+			e.cfg.Schema).Scan(&marker, &objects); err != nil {
+			return err
+		}
+		if marker == 0 && objects > 0 {
+			return catalogErr("schema %q holds objects but no Trellis instance marker", e.cfg.Schema).
+				WithHint("use an empty or new schema for the Trellis catalog")
+		}
+		if marker > 0 {
+			var name string
+			if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT schema_name, format_version FROM %s._instance", ident(e.cfg.Schema))).Scan(&name, &version); err != nil {
+				return err
+			}
+			if name != e.cfg.Schema {
+				return catalogErr("schema %q carries the marker of Trellis instance %q", e.cfg.Schema, name)
+			}
+			if version > formatVersion {
+				return catalogErr("catalog %q has format %d, newer than this build's %d", e.cfg.Schema, version, formatVersion).
+					WithHint("upgrade trellis-proxy")
+			}
+		}
+	} else if _, err := tx.Exec(ctx, "CREATE SCHEMA "+ident(e.cfg.Schema)); err != nil {
+		return err
+	}
+	if version == formatVersion {
+		return tx.Commit(ctx)
+	}
+	for v := version; v < formatVersion; v++ {
+		if _, err := tx.Exec(ctx, e.renderCatalogSQL(migrations[v])); err != nil {
+			return fmt.Errorf("catalog migration %d: %w", v+1, err)
+		}
+	}
+	if version == 0 {
+		_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s._instance (schema_name, format_version, target_schema, worker_role)
+			VALUES ($1, $2, $3, current_user)`, ident(e.cfg.Schema)), e.cfg.Schema, formatVersion, e.cfg.TargetSchema)
+	} else {
+		_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s._instance SET format_version = $1`, ident(e.cfg.Schema)), formatVersion)
+	}
+	if err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// otherInstances lists (catalog schema, target schema) of other instances
+// whose marker this role can read.
+func (e *Engine) otherInstances(ctx context.Context, tx pgx.Tx) ([][2]string, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname = '_instance' AND c.relkind = 'r' AND n.nspname <> $1
+		  AND has_table_privilege(c.oid, 'SELECT')
+		  AND (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND NOT a.attisdropped
+		       AND a.attname IN ('schema_name', 'target_schema')) = 2`, e.cfg.Schema)
+	if err != nil {
+		return nil, err
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, s := range schemas {
+		var tgt string
+		err := tx.QueryRow(ctx, fmt.Sprintf("SELECT target_schema FROM %s._instance WHERE schema_name = $1", ident(s)), s).Scan(&tgt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, [2]string{s, tgt})
+	}
+	return out, nil
+}

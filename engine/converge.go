@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// WatermarkToken returns the WAL insert position, to be taken after the
+// caller's commit returned (§12.10). Any connection will do.
+func (e *Engine) WatermarkToken(ctx context.Context) (string, error) {
+	var t string
+	err := e.pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&t)
+	return t, err
+}
+
+// Converged answers at once whether every captured change at or below token
+// has reached its targets (poisoned keys count as not reached).
+func (e *Engine) Converged(ctx context.Context, token string) (bool, error) {
+	var ok bool
+	err := e.pool.QueryRow(ctx, fmt.Sprintf("SELECT %s($1::text::pg_lsn)", e.tbl("_converged")), token).Scan(&ok)
+	if codeOf(err) == "22P02" {
+		return false, pgerr.Newf(pgerr.InvalidParameterValue, "malformed watermark token %q", token).WithClass("validation", "BadToken")
+	}
+	return ok, err
+}
+
+// AwaitConverged waits until Converged(token) or the timeout, polling with
+// backoff (10 ms doubling to 250 ms) and re-checking when a batch drains.
+// It does not wait for builds: wait for status live first.
+func (e *Engine) AwaitConverged(ctx context.Context, token string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	wait := 10 * time.Millisecond
+	for {
+		ch := e.drainedCh()
+		ok, err := e.Converged(ctx, token)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return pgerr.Newf(pgerr.QueryCanceled, "not converged through %s within %d ms", token, timeout.Milliseconds()).
+				WithClass("timeout", "NotConverged")
+		}
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+		wait = min(wait*2, 250*time.Millisecond)
+	}
+}
+
+// DefinitionStatus is one row of trellis.status (surface §5.1, in part).
+type DefinitionStatus struct {
+	DefinitionID       int64
+	Target             string // bare target name
+	TargetTable        string
+	SourceTable        string
+	Kind               string
+	Status             string // reported: catching_up when live over a non-live upstream
+	StoredStatus       string
+	Problem            *string
+	Owner              string
+	Version            int64
+	HeldBackBy         *string
+	BuildStartedAt     *time.Time
+	BuildRowsDone      *int64
+	BuildRowsEstimated *int64
+	BuildPercent       *float64
+	DrainFailure       *string
+}
+
+// Status returns every definition's status.
+func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
+	rows, err := e.pool.Query(ctx, fmt.Sprintf(`
+		SELECT d.id, d.compiled->'spec'->'target'->>'name', d.target_table, d.source_table, d.kind, d.status,
+		  coalesce(pg_get_userbyid(d.owner_role), d.owner_role::text), d.version,
+		  (SELECT u.target_table FROM %[2]s r JOIN %[1]s u ON u.target_table = r.table_name
+		   WHERE r.definition_id = d.id AND r.role = 'upstream_target' AND u.status <> 'live' LIMIT 1),
+		  d.build_started_at,
+		  CASE WHEN d.status = 'backfilling' THEN (SELECT coalesce(sum(t.rows_done), 0)::bigint FROM %[3]s t WHERE t.build_id = d.build_id AND t.state = 'done') END,
+		  d.build_rows_estimated,
+		  (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1),
+		  EXISTS (SELECT 1 FROM %[5]s w WHERE w.last_seen > now() - $1::interval)
+		FROM %[1]s d ORDER BY d.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), e.tbl("_build_tasks"),
+		e.tbl("_batch_buckets"), e.tbl("_workers")), fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds()))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DefinitionStatus, error) {
+		var s DefinitionStatus
+		var alive bool
+		err := r.Scan(&s.DefinitionID, &s.Target, &s.TargetTable, &s.SourceTable, &s.Kind, &s.StoredStatus, &s.Owner,
+			&s.Version, &s.HeldBackBy, &s.BuildStartedAt, &s.BuildRowsDone, &s.BuildRowsEstimated, &s.DrainFailure, &alive)
+		s.Status = s.StoredStatus
+		if s.Status == "live" && s.HeldBackBy != nil {
+			s.Status = "catching_up"
+		}
+		if s.Status != "waiting_to_backfill" && s.Status != "catching_up" {
+			s.HeldBackBy = nil
+		}
+		if s.BuildRowsDone != nil && s.BuildRowsEstimated != nil && *s.BuildRowsEstimated > 0 {
+			p := min(float64(int(1000*float64(*s.BuildRowsDone)/float64(*s.BuildRowsEstimated)))/10, 99.9)
+			s.BuildPercent = &p
+		}
+		switch {
+		case s.DrainFailure != nil:
+			p := "drain held back: " + *s.DrainFailure
+			s.Problem = &p
+		case !alive && s.StoredStatus != "live":
+			p := "no live drain worker"
+			s.Problem = &p
+		}
+		return s, err
+	})
+}
+
+// StatusOf returns one definition's status, or nil when there is none.
+func (e *Engine) StatusOf(ctx context.Context, target TableName) (*DefinitionStatus, error) {
+	if target.Schema == "" {
+		target.Schema = e.cfg.TargetSchema
+	}
+	all, err := e.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var want string
+	if err := e.pool.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", target.Schema, target.Name).Scan(&want); err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if all[i].TargetTable == want {
+			return &all[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// AwaitLive waits until the definition's reported status is live.
+func (e *Engine) AwaitLive(ctx context.Context, target TableName, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := e.StatusOf(ctx, target)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target).WithClass("not_found", "TransformNotFound")
+		}
+		if s.Status == "live" {
+			return nil
+		}
+		if s.Status == "paused" || s.Status == "quarantined" {
+			return pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "transform %s is %s", target, s.Status)
+		}
+		if time.Now().After(deadline) {
+			return pgerr.Newf(pgerr.QueryCanceled, "transform %s not live within %s (status %s)", target, timeout, s.Status).
+				WithClass("timeout", "NotLive")
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

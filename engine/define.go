@@ -1,0 +1,506 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// Defined describes what Define did (grammar §10.1's row, in part).
+type Defined struct {
+	ID          int64
+	TargetTable string // canonical schema.table
+	SourceTable string
+	Status      string
+	Version     int64
+	Kind        string
+}
+
+// typeNameSQL renders a type (oid $1, typmod $2) so that any session can
+// resolve it: built-in types by format_type, others schema-qualified.
+const typeNameSQL = `SELECT CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, $2)
+	ELSE format('%I.%I', n.nspname, t.typname) END,
+	CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, NULL)
+	ELSE format('%I.%I', n.nspname, t.typname) END
+	FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = $1`
+
+// Define registers a definition inside the caller's transaction (D6): it
+// validates spec against the live catalog as the caller sees it, creates the
+// target and its ledger (owned by the calling role), records the definition
+// waiting_to_backfill and wakes the staging worker at commit. Background work
+// starts only once the transaction commits; a rollback undoes everything.
+func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (*Defined, error) {
+	if err := spec.check(e.cfg.TargetSchema); err != nil {
+		return nil, err
+	}
+	c := &compiled{Spec: spec}
+	var workerRole string
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.tbl("_instance"))).Scan(&workerRole); err != nil {
+		return nil, fmt.Errorf("reading the Trellis instance marker in %q (was Migrate run?): %w", e.cfg.Schema, err)
+	}
+
+	// The source: a plain, logged, non-partitioned table with a key.
+	var srcOID uint32
+	var relkind, persistence string
+	var partition, inherits bool
+	err := q.QueryRow(ctx, `
+		SELECT c.oid, c.relkind::text, c.relpersistence::text, c.relispartition,
+		       EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid OR inhparent = c.oid),
+		       format('%I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`, spec.Source.Schema, spec.Source.Name).
+		Scan(&srcOID, &relkind, &persistence, &partition, &inherits, &c.SourceText)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, pgerr.Newf(pgerr.UndefinedTable, "source table %s does not exist", spec.Source).
+			WithClass("not_found", "SourceTableNotFound")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if relkind == "p" || partition || inherits || persistence != "p" || relkind != "r" {
+		what := map[bool]string{true: "a partitioned table, a partition or part of an inheritance hierarchy"}[relkind == "p" || partition || inherits]
+		if what == "" {
+			if relkind != "r" {
+				what = "not a plain table"
+			} else {
+				what = "unlogged or temporary"
+			}
+		}
+		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "source %s is %s; statement triggers cannot capture its changes", c.SourceText, what).
+			WithClass("validation", "SourceNotChangeKeyed")
+	}
+
+	var upstream *compiled
+	c.Key, err = primaryKey(ctx, q, srcOID)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Key) == 0 {
+		// An aggregate target of this instance is keyed by its groups.
+		var raw []byte
+		err := q.QueryRow(ctx, fmt.Sprintf("SELECT compiled FROM %s WHERE target_oid = $1", e.tbl("_definitions")), srcOID).Scan(&raw)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if err == nil {
+			upstream = &compiled{}
+			if err := json.Unmarshal(raw, upstream); err != nil {
+				return nil, err
+			}
+			c.Key, c.KeyNullable = upstream.targetIdentity()
+		}
+	}
+	if len(c.Key) == 0 {
+		return nil, pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "source table %s has no primary key", c.SourceText).
+			WithClass("validation", "NoPrimaryKey").WithHint("add a PRIMARY KEY to %s", c.SourceText)
+	}
+	if upstream == nil {
+		var isTarget bool
+		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE target_oid = $1)", e.tbl("_definitions")), srcOID).Scan(&isTarget); err != nil {
+			return nil, err
+		}
+		if isTarget {
+			upstream = &compiled{}
+		}
+	}
+	if !spec.IsAggregate() {
+		for _, k := range c.Key {
+			for _, f := range spec.Fields {
+				if f.Name == k.Name {
+					return nil, pgerr.Newf(pgerr.DuplicateColumn, "field %q of %s has the name of a key column of %s", f.Name, spec.Target, c.SourceText).
+						WithClass("validation", "DuplicateField")
+				}
+			}
+		}
+	}
+
+	// The target and its ledger must not exist.
+	var taken string
+	err = q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname IN ($2, $3) LIMIT 1`,
+		spec.Target.Schema, spec.Target.Name, spec.Target.Name+ledgerSuffix).Scan(&taken)
+	if err == nil {
+		variant := "TargetTableExists"
+		if taken != spec.Target.Name {
+			variant = "TargetTableSuffixCollision"
+		}
+		return nil, pgerr.Newf(pgerr.DuplicateTable, "relation %s already exists", pgx.Identifier{spec.Target.Schema, taken}.Sanitize()).
+			WithClass("conflict", variant).WithHint("choose another target name, or DROP TRANSFORM the existing one")
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+
+	if err := e.resolveTypes(ctx, q, c); err != nil {
+		return nil, err
+	}
+
+	for _, stmt := range c.createSQL(workerRole) {
+		if _, err := q.Exec(ctx, stmt); err != nil {
+			return nil, err
+		}
+	}
+	if err := q.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", spec.Target.Schema, spec.Target.Name).Scan(&c.TargetText); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	d := &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.kind()}
+	err = q.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (target_table, target_oid, ledger_oid, owner_role, kind,
+			source_table, source_oid, definition_sql, compiled, status)
+		VALUES ($1, $2::regclass, $3::regclass, (SELECT oid FROM pg_roles WHERE rolname = current_user), $4, $5, $6, $7, $8, 'waiting_to_backfill')
+		RETURNING id`, e.tbl("_definitions")),
+		c.TargetText, c.target(), c.ledger(), spec.kind(), c.SourceText, srcOID, spec.Statement, raw).Scan(&d.ID)
+	if err != nil {
+		return nil, err
+	}
+	role := "source"
+	if upstream != nil {
+		role = "upstream_target"
+	}
+	cols, _ := json.Marshal(spec.reads())
+	if _, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, table_name, table_oid, columns, role)
+		VALUES ($1, $2, $3, $4, $5)`, e.tbl("_definition_reads")), d.ID, c.SourceText, srcOID, cols, role); err != nil {
+		return nil, err
+	}
+	// Delivered at commit; the staging worker also looks at least once a pass.
+	if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'define')", e.channel("wake")); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (s *Spec) reads() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(cols []string) {
+		for _, c := range cols {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	for _, g := range s.GroupBy {
+		add(g.Reads)
+	}
+	for _, f := range s.Fields {
+		add(f.Reads)
+	}
+	return out
+}
+
+// targetIdentity is the key a reader of this definition's target uses.
+func (c *compiled) targetIdentity() ([]keyCol, bool) {
+	if !c.Spec.IsAggregate() {
+		return c.Key, c.KeyNullable
+	}
+	out := make([]keyCol, len(c.Spec.GroupBy))
+	for i, g := range c.Spec.GroupBy {
+		out[i] = keyCol{Name: g.Name, Type: c.GroupBase[i], FullType: c.GroupTypes[i]}
+	}
+	return out, true
+}
+
+func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
+	rows, err := q.Query(ctx, `
+		SELECT a.attname,
+		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, NULL)
+		       ELSE format('%I.%I', tn.nspname, t.typname) END,
+		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, a.atttypmod)
+		       ELSE format('%I.%I', tn.nspname, t.typname) END
+		  || CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+		          THEN (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname)
+		                FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
+		                WHERE co.oid = a.attcollation) ELSE '' END
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace tn ON tn.oid = t.typnamespace
+		WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord`, rel)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (keyCol, error) {
+		var k keyCol
+		err := r.Scan(&k.Name, &k.Type, &k.FullType)
+		return k, err
+	})
+}
+
+// probeTypes runs "SELECT exprs FROM source LIMIT 0" (checking privileges
+// and validity as the caller) and returns each column's type, full and base.
+func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail string) (full, base []string, err error) {
+	if len(exprs) == 0 {
+		return nil, nil, nil
+	}
+	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+" AS "+ident(SourceAlias)+tail+" LIMIT 0")
+	if err != nil {
+		return nil, nil, err
+	}
+	fds := rows.FieldDescriptions()
+	type ft struct {
+		oid uint32
+		mod int32
+	}
+	fts := make([]ft, len(fds))
+	for i, fd := range fds {
+		fts[i] = ft{fd.DataTypeOID, fd.TypeModifier}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	for _, f := range fts {
+		var fu, ba string
+		if err := q.QueryRow(ctx, typeNameSQL, f.oid, f.mod).Scan(&fu, &ba); err != nil {
+			return nil, nil, err
+		}
+		full = append(full, fu)
+		base = append(base, ba)
+	}
+	return full, base, nil
+}
+
+func (c *compiled) resolveArgs() {
+	c.FieldArg = make([]int, len(c.Spec.Fields))
+	idx := map[string]int{}
+	for i, f := range c.Spec.Fields {
+		if f.Agg == AggCountStar {
+			c.FieldArg[i] = -1
+			continue
+		}
+		j, ok := idx[f.Expr]
+		if !ok {
+			j = len(c.Args)
+			idx[f.Expr] = j
+			c.Args = append(c.Args, argInfo{Expr: f.Expr})
+		}
+		c.FieldArg[i] = j
+	}
+}
+
+func aggCall(f Field) string {
+	name := aggSQLName[f.Agg]
+	var call string
+	if f.Agg == AggCountStar {
+		call = "count(*)"
+	} else {
+		call = name + "((" + f.Expr + "))"
+	}
+	if f.Cast != "" {
+		call = "(" + call + ")::" + f.Cast
+	}
+	return call
+}
+
+var exactSum = map[string]bool{"smallint": true, "integer": true, "bigint": true, "numeric": true, "interval": true}
+var intType = map[string]bool{"smallint": true, "integer": true, "bigint": true}
+
+func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error {
+	src := c.source()
+	spec := &c.Spec
+	if !spec.IsAggregate() {
+		exprs := make([]string, len(spec.Fields))
+		for i, f := range spec.Fields {
+			exprs[i] = "(" + f.Expr + ")"
+		}
+		full, _, err := probeTypes(ctx, q, exprs, src, "")
+		if err != nil {
+			return err
+		}
+		c.FieldTypes = full
+		return nil
+	}
+	c.resolveArgs()
+	var exprs []string
+	for _, g := range spec.GroupBy {
+		exprs = append(exprs, "("+g.Expr+")")
+	}
+	for _, a := range c.Args {
+		exprs = append(exprs, "("+a.Expr+")")
+	}
+	full, base, err := probeTypes(ctx, q, exprs, src, "")
+	if err != nil {
+		return err
+	}
+	ng := len(spec.GroupBy)
+	c.GroupTypes, c.GroupBase = full[:ng], base[:ng]
+	for i := range c.Args {
+		c.Args[i].Type = full[ng+i]
+	}
+	argBase := base[ng:]
+	c.Recompute = make([]bool, len(spec.Fields))
+	for i, f := range spec.Fields {
+		a := c.FieldArg[i]
+		switch f.Agg {
+		case AggSum:
+			if exactSum[argBase[a]] {
+				c.Args[a].NeedSum = true
+			} else {
+				c.Recompute[i] = true
+			}
+		case AggAvg:
+			if intType[argBase[a]] {
+				c.Args[a].NeedSum = true
+			} else {
+				c.Recompute[i] = true
+			}
+		case AggBoolAnd, AggBoolOr:
+			c.Args[a].NeedTrue = true
+		case AggMin, AggMax, AggBitAnd, AggBitOr:
+			c.Recompute[i] = true
+		case AggJSONBAgg:
+			c.Recompute[i] = true
+			c.NeedSrcKey = true
+		}
+	}
+	// Field result types and the sums' types, as Postgres infers them.
+	var aggs []string
+	for _, f := range spec.Fields {
+		aggs = append(aggs, aggCall(f))
+	}
+	var sumIdx []int
+	for i, a := range c.Args {
+		if a.NeedSum {
+			aggs = append(aggs, "sum(("+a.Expr+"))")
+			sumIdx = append(sumIdx, i)
+		}
+	}
+	groupBy := make([]string, ng)
+	for i := range groupBy {
+		groupBy[i] = "(" + spec.GroupBy[i].Expr + ")"
+	}
+	full, _, err = probeTypes(ctx, q, aggs, src, " GROUP BY "+strings.Join(groupBy, ", "))
+	if err != nil {
+		return err
+	}
+	c.FieldTypes = full[:len(spec.Fields)]
+	for j, i := range sumIdx {
+		c.Args[i].SumType = full[len(spec.Fields)+j]
+	}
+	return nil
+}
+
+// createSQL is the DDL of the target and its ledger (grammar §11, engine §12.2).
+func (c *compiled) createSQL(workerRole string) []string {
+	spec := &c.Spec
+	var out []string
+	var cols []string
+	if !spec.IsAggregate() {
+		var keys []string
+		for _, k := range c.Key {
+			col := ident(k.Name) + " " + k.FullType
+			if !c.KeyNullable {
+				col += " NOT NULL"
+			}
+			cols = append(cols, col)
+			keys = append(keys, ident(k.Name))
+		}
+		for i, f := range spec.Fields {
+			cols = append(cols, ident(f.Name)+" "+c.FieldTypes[i])
+		}
+		if c.KeyNullable {
+			cols = append(cols, "UNIQUE NULLS NOT DISTINCT ("+strings.Join(keys, ", ")+")")
+		} else {
+			cols = append(cols, "PRIMARY KEY ("+strings.Join(keys, ", ")+")")
+		}
+		out = append(out, "CREATE TABLE "+c.target()+" ("+strings.Join(cols, ", ")+")")
+		out = append(out, "CREATE TABLE "+c.ledger()+` (k text COLLATE "C" PRIMARY KEY)`)
+	} else {
+		var gcols, lcols []string
+		for i, g := range spec.GroupBy {
+			cols = append(cols, ident(g.Name)+" "+c.GroupTypes[i])
+			gcols = append(gcols, ident(g.Name))
+		}
+		for i, f := range spec.Fields {
+			cols = append(cols, ident(f.Name)+" "+c.FieldTypes[i])
+		}
+		cols = append(cols, `"__members" bigint NOT NULL`)
+		for i, a := range c.Args {
+			cols = append(cols, ident("__cnt"+itoa(i))+" bigint NOT NULL")
+			if a.NeedSum {
+				cols = append(cols, ident("__sum"+itoa(i))+" "+a.SumType+" NOT NULL")
+			}
+			if a.NeedTrue {
+				cols = append(cols, ident("__true"+itoa(i))+" bigint NOT NULL")
+			}
+		}
+		out = append(out, "CREATE TABLE "+c.target()+" ("+strings.Join(cols, ", ")+")")
+		out = append(out, "CREATE UNIQUE INDEX ON "+c.target()+" ("+strings.Join(gcols, ", ")+") NULLS NOT DISTINCT")
+		lcols = append(lcols, `k text COLLATE "C" PRIMARY KEY`, "member boolean NOT NULL DEFAULT false")
+		var lg []string
+		for i := range spec.GroupBy {
+			lcols = append(lcols, "g"+itoa(i)+" "+c.GroupTypes[i])
+			lg = append(lg, "g"+itoa(i))
+		}
+		for i, a := range c.Args {
+			lcols = append(lcols, "a"+itoa(i)+" "+a.Type)
+		}
+		if c.NeedSrcKey {
+			for i, k := range c.Key {
+				lcols = append(lcols, "sk"+itoa(i)+" "+k.FullType)
+			}
+		}
+		out = append(out, "CREATE TABLE "+c.ledger()+" ("+strings.Join(lcols, ", ")+")")
+		out = append(out, "CREATE INDEX ON "+c.ledger()+" ("+strings.Join(lg, ", ")+") WHERE member")
+	}
+	out = append(out, fmt.Sprintf(`DO $do$ BEGIN IF current_user <> %s THEN
+		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s, %s TO %s'; END IF; END $do$`,
+		lit(workerRole), strings.ReplaceAll(c.target(), "'", "''"), strings.ReplaceAll(c.ledger(), "'", "''"),
+		strings.ReplaceAll(ident(workerRole), "'", "''")))
+	return out
+}
+
+// Drop removes a definition, its target and its ledger in the caller's
+// transaction. Capture no reader needs is removed by the next staging pass.
+func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) error {
+	if target.Schema == "" {
+		target.Schema = e.cfg.TargetSchema
+	}
+	var id int64
+	var raw []byte
+	var text string
+	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT id, compiled, target_table FROM %s
+		WHERE target_table = format('%%I.%%I', $1::text, $2::text) FOR UPDATE`, e.tbl("_definitions")),
+		target.Schema, target.Name).Scan(&id, &raw, &text)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target).WithClass("not_found", "TransformNotFound")
+	}
+	if err != nil {
+		return err
+	}
+	var readers []string
+	rows, err := q.Query(ctx, fmt.Sprintf(`SELECT d.target_table FROM %s r JOIN %s d ON d.id = r.definition_id
+		WHERE r.table_name = $1 AND d.id <> $2 ORDER BY 1`, e.tbl("_definition_reads"), e.tbl("_definitions")), text, id)
+	if err != nil {
+		return err
+	}
+	if readers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return err
+	}
+	if len(readers) > 0 {
+		return pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot drop transform %s: %s read(s) it", text, strings.Join(readers, ", ")).
+			WithClass("conflict", "DependentsBlockDrop").WithHint("drop the readers first")
+	}
+	c := &compiled{}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE id = $1", e.tbl("_definitions")), id); err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, "DROP TABLE IF EXISTS "+c.target()+", "+c.ledger()); err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, "SELECT pg_notify($1, 'drop')", e.channel("wake"))
+	return err
+}

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func (e *Engine) wakeDrainers() {
+	poke(e.wakeDrain)
+	e.signalDrained()
+}
+
+// drainLoop is one drain worker: pages of the oldest sealed batch first,
+// then build tasks, else sleep until woken (NOTIFY) or PollInterval.
+func (e *Engine) drainLoop(ctx context.Context, id string) error {
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		did, err := e.drainOnce(ctx, id)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if !transient(err) {
+				e.log.Warn("drain step failed", "worker", id, "err", err)
+			}
+			backoff = min(max(backoff*2, 10*time.Millisecond), time.Second)
+			sleepCtx(ctx, backoff)
+			continue
+		}
+		backoff = 0
+		if did {
+			continue
+		}
+		ch := e.drainedCh()
+		t := time.NewTimer(e.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-e.wakeDrain:
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+func (e *Engine) drainOnce(ctx context.Context, id string) (bool, error) {
+	did, err := e.drainPage(ctx, id)
+	if did || err != nil {
+		return did, err
+	}
+	return e.buildStep(ctx, id)
+}
+
+type pageKey struct {
+	table, key string
+}
+
+// drainPage claims the first open bucket of the oldest undrained batch and
+// applies one page of it in one transaction. The claim is the bucket row's
+// lock, held until commit: a dead worker's claim ends with its transaction,
+// and the cursor advances atomically with the writes it covers.
+func (e *Engine) drainPage(ctx context.Context, id string) (bool, error) {
+	conn, err := e.workers.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background())
+	var batch int64
+	var bucket, bucketCount int16
+	var afterTable, afterKey *string
+	var hasTruncate bool
+	err = tx.QueryRow(ctx, fmt.Sprintf(`
+		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate
+		FROM %[1]s bb JOIN (SELECT seq, bucket_count, has_truncate FROM %[2]s WHERE state <> 'drained' ORDER BY seq LIMIT 1) b
+		  ON bb.batch_seq = b.seq
+		WHERE bb.state = 'open' AND coalesce(bb.next_attempt_at, '-infinity') <= now()
+		ORDER BY bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`, e.tbl("_batch_buckets"), e.tbl("_batches"))).
+		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate)
+	if perr == nil {
+		perr = tx.Commit(ctx)
+		if perr == nil {
+			return true, nil
+		}
+	}
+	tx.Rollback(context.Background())
+	if transient(perr) || errors.Is(perr, errLockShort) || ctx.Err() != nil {
+		return false, perr
+	}
+	// A holdup: record it on the bucket and back off (§12.12).
+	e.log.Warn("page failed", "batch", batch, "bucket", bucket, "err", perr)
+	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
+		last_sqlstate = $4, next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
+		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, perr.Error(), codeOf(perr))
+	return false, perr
+}
+
+func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, bucketCount int16,
+	afterTable, afterKey *string, hasTruncate bool) error {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+		return err
+	}
+	first := afterTable == nil
+	window := fmt.Sprintf(`FROM %[1]s c,
+		  (SELECT snap FROM %[2]s WHERE seq = $1 - 1) prev,
+		  (SELECT snap FROM %[2]s WHERE seq = $1) cur
+		WHERE c.txid >= pg_snapshot_xmin(prev.snap) AND c.txid < pg_snapshot_xmax(cur.snap)
+		  AND pg_visible_in_snapshot(c.txid, cur.snap) AND NOT pg_visible_in_snapshot(c.txid, prev.snap)`,
+		e.tbl("_change_log"), e.tbl("_batches"))
+	// Truncates first, in the bucket's first page (a truncate batch has one bucket).
+	var truncated []string
+	var tOrigin *string
+	var tUnknown bool
+	var tHop int16
+	if first && hasTruncate {
+		rows, err := tx.Query(ctx, `SELECT c.src_table, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
+			window+` AND c.key IS NULL AND c.op = 'truncate' GROUP BY c.src_table ORDER BY 1`, batch)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var t string
+			var unk bool
+			var o *string
+			var h int16
+			if err := rows.Scan(&t, &unk, &o, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			truncated = append(truncated, t)
+			tUnknown = tUnknown || unk
+			if o != nil && (tOrigin == nil || lsnLess(*o, *tOrigin)) {
+				tOrigin = o
+			}
+			tHop = max(tHop, h)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	at, ak := "", ""
+	if afterTable != nil {
+		at = *afterTable
+	}
+	if afterKey != nil {
+		ak = *afterKey
+	}
+	rows, err := tx.Query(ctx, `SELECT c.src_table, c.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
+		window+` AND c.change_id % $2 = $3 AND c.key IS NOT NULL
+		  AND (c.src_table COLLATE "C", c.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
+		GROUP BY c.src_table, c.key ORDER BY c.src_table COLLATE "C", c.key COLLATE "C" LIMIT $6`,
+		batch, bucketCount, bucket, at, ak, e.cfg.PageSize)
+	if err != nil {
+		return err
+	}
+	var keys []pageKey
+	origin, unknown, hop := tOrigin, tUnknown, tHop
+	for rows.Next() {
+		var k pageKey
+		var unk bool
+		var o *string
+		var h int16
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h); err != nil {
+			rows.Close()
+			return err
+		}
+		keys = append(keys, k)
+		unknown = unknown || unk
+		if o != nil && (origin == nil || lsnLess(*o, *origin)) {
+			origin = o
+		}
+		hop = max(hop, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	last := len(keys) < e.cfg.PageSize
+	// Chained targets inherit the page's least origin and next hop (§12.7).
+	o := "unknown"
+	if !unknown && origin != nil {
+		o = *origin
+	}
+	if len(keys) > 0 || len(truncated) > 0 {
+		if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', $1, true), set_config('trellis.hop', $2, true)",
+			o, fmt.Sprint(hop+1)); err != nil {
+			return err
+		}
+	}
+	byTable := map[string][]string{}
+	var tables []string
+	for i, k := range keys {
+		if e.plant.dropEveryNthKey > 0 && i%e.plant.dropEveryNthKey == e.plant.dropEveryNthKey-1 {
+			continue
+		}
+		if _, ok := byTable[k.table]; !ok {
+			tables = append(tables, k.table)
+		}
+		byTable[k.table] = append(byTable[k.table], k.key)
+	}
+	for _, t := range truncated {
+		if _, ok := byTable[t]; !ok {
+			tables = append(tables, t)
+			byTable[t] = nil
+		}
+	}
+	if len(tables) > 0 {
+		// Fence: readers applying now, share-locked against pause/drop/alter, in id order.
+		defs, err := e.readers(ctx, tx, tables)
+		if err != nil {
+			return err
+		}
+		for _, t := range truncated {
+			for _, d := range defs {
+				if d.table == t {
+					// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
+					// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
+					if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.target()); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.ledger()); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		for _, d := range defs {
+			if err := e.applyKeys(ctx, tx, d.cd, byTable[d.table]); err != nil {
+				return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
+			}
+		}
+	}
+	var lt, lk *string
+	if len(keys) > 0 {
+		lt, lk = &keys[len(keys)-1].table, &keys[len(keys)-1].key
+	} else {
+		lt, lk = &at, &ak
+	}
+	state := "open"
+	if last {
+		state = "done"
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET after_table = $3, after_key = $4, state = $5, pages = pages + 1,
+		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL
+		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, *lt, *lk, state); err != nil {
+		return err
+	}
+	if last {
+		// One statement, so two workers finishing the last two buckets cannot
+		// both conclude "not yet" (H8).
+		var drained string
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s
+			SET done_mask  = done_mask | (1::bigint << $2),
+			    state      = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN 'drained' ELSE state END,
+			    drained_at = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN now() END
+			WHERE seq = $1 RETURNING state`, e.tbl("_batches")), batch, int(bucket)).Scan(&drained); err != nil {
+			return err
+		}
+		if drained == "drained" {
+			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", e.channel("drained")); err != nil {
+				return err
+			}
+		}
+	}
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("before-commit")
+	}
+	return nil
+}
+
+type readerDef struct {
+	table string
+	cd    *compiledDef
+}
+
+// readers returns the applying definitions reading any of tables, locked
+// FOR SHARE in id order (§12.6 step 2).
+func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, error) {
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, d.compiled, r.table_name FROM %s d
+		JOIN %s r ON r.definition_id = d.id
+		WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')
+		ORDER BY d.id FOR SHARE OF d`, e.tbl("_definitions"), e.tbl("_definition_reads")), tables)
+	if err != nil {
+		return nil, err
+	}
+	type raw struct {
+		id, version int64
+		c           []byte
+		table       string
+	}
+	var rs []raw
+	for rows.Next() {
+		var r raw
+		if err := rows.Scan(&r.id, &r.version, &r.c, &r.table); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]readerDef, 0, len(rs))
+	for _, r := range rs {
+		cd, err := e.compiledFor(r.id, r.version, r.c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, readerDef{table: r.table, cd: cd})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].cd.id < out[j].cd.id })
+	return out, nil
+}
+
+// lsnLess compares two pg_lsn texts "X/Y".
+func lsnLess(a, b string) bool { return parseLSN(a) < parseLSN(b) }
+
+func parseLSN(s string) uint64 {
+	var hi, lo uint64
+	fmt.Sscanf(s, "%X/%X", &hi, &lo)
+	return hi<<32 | lo
+}

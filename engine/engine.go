@@ -1,0 +1,358 @@
+// Package engine keeps Trellis target tables exactly equal to their
+// definitions as source tables change (engine spec §12, architecture D7).
+//
+// All state lives in the instance's catalog schema. Define runs in the
+// client's own transaction (D6); Run starts the in-process workers: the
+// instance's staging singleton (capture installs, sealing, builds, log
+// retirement) and N drain workers (pages of sealed batches, build chunks).
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// Querier runs SQL. Define and Drop take one so they run inside the caller's
+// transaction: pgx.Tx, *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn satisfy it,
+// as will the proxy's handle on a client's upstream connection.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// StagingMode says whether this process stands for the staging singleton.
+type StagingMode string
+
+const (
+	StagingAuto StagingMode = "auto" // take the staging lock when free (default)
+	StagingOn   StagingMode = "on"   // same, but Run fails if it cannot be taken within TakeoverInterval*3
+	StagingOff  StagingMode = "off"  // never stage
+)
+
+// Config holds the engine's knobs (D17). Zero values take the defaults.
+type Config struct {
+	Schema       string      // catalog schema, default "trellis"
+	TargetSchema string      // default schema of targets, default "public"
+	Staging      StagingMode // default auto
+	DrainWorkers int         // default 2; 0 means the default, negative means none
+	ProcessID    string      // names this process in _workers; default random
+
+	SealInterval       time.Duration // staging: probe for new log rows, default 50ms
+	StagingInterval    time.Duration // staging: installs, build starts, retirement, default 500ms
+	PollInterval       time.Duration // idle drain workers re-check without a wake-up, default 1s
+	TakeoverInterval   time.Duration // non-holders retry the staging lock, default 2s
+	Heartbeat          time.Duration // _workers heartbeat, default 10s
+	WorkerTTL          time.Duration // a worker silent this long counts as dead, default 30s
+	InstallLockTimeout time.Duration // lock_timeout of capture installs, default 50ms
+	PageLockTimeout    time.Duration // lock_timeout of a page or chunk, default 2s
+	PageSize           int           // keys per page, default 5000
+	BuildChunkSize     int           // keys per build chunk, default 5000
+	RetireChunk        int           // log rows deleted per statement, default 10000
+
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Schema == "" {
+		c.Schema = "trellis"
+	}
+	if c.TargetSchema == "" {
+		c.TargetSchema = "public"
+	}
+	if c.Staging == "" {
+		c.Staging = StagingAuto
+	}
+	if c.DrainWorkers == 0 {
+		c.DrainWorkers = 2
+	}
+	if c.ProcessID == "" {
+		var b [6]byte
+		rand.Read(b[:])
+		c.ProcessID = "proc-" + hex.EncodeToString(b[:])
+	}
+	def(&c.SealInterval, 50*time.Millisecond)
+	def(&c.StagingInterval, 500*time.Millisecond)
+	def(&c.PollInterval, time.Second)
+	def(&c.TakeoverInterval, 2*time.Second)
+	def(&c.Heartbeat, 10*time.Second)
+	def(&c.WorkerTTL, 30*time.Second)
+	def(&c.InstallLockTimeout, 50*time.Millisecond)
+	def(&c.PageLockTimeout, 2*time.Second)
+	if c.PageSize <= 0 {
+		c.PageSize = 5000
+	}
+	if c.BuildChunkSize <= 0 {
+		c.BuildChunkSize = 5000
+	}
+	if c.RetireChunk <= 0 {
+		c.RetireChunk = 10000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Engine is one process's handle on a Trellis instance.
+type Engine struct {
+	cfg     Config
+	pool    *pgxpool.Pool // the caller's pool: API calls
+	workers *pgxpool.Pool // our pool: pinned session settings (§12.15)
+	log     *slog.Logger
+
+	wakeStaging chan struct{}
+	wakeDrain   chan struct{}
+	drainedMu   sync.Mutex
+	drained     chan struct{} // closed and replaced whenever a batch drains here or a notice arrives
+
+	cacheMu sync.Mutex
+	cache   map[int64]*compiledDef
+
+	workerRole string
+
+	plant plants // test-only faults; zero in production
+}
+
+// plants are deliberate bugs the differential test arms to prove it can fail.
+type plants struct {
+	noEntryLock     bool // re-derive without the ledger lock
+	dropEveryNthKey int  // skip one key in n on pages
+	pageHook        func(stage string)
+}
+
+// New returns an engine over pool. The pool's role is the workers' role
+// (D9). The engine opens its own worker pool from the same config.
+func New(pool *pgxpool.Pool, cfg Config) *Engine {
+	cfg.defaults()
+	e := &Engine{
+		cfg: cfg, pool: pool, log: cfg.Logger,
+		wakeStaging: make(chan struct{}, 1), wakeDrain: make(chan struct{}, 1),
+		drained: make(chan struct{}), cache: map[int64]*compiledDef{},
+	}
+	pc := pool.Config().Copy()
+	rp := pc.ConnConfig.RuntimeParams
+	// Key renderings must match the capture functions' pinned settings (H9, H12).
+	for k, v := range workerSettings {
+		rp[k] = v
+	}
+	rp["application_name"] = "trellis-worker " + cfg.ProcessID
+	pc.MaxConns = int32(cfg.DrainWorkers + 4)
+	if cfg.DrainWorkers < 0 {
+		pc.MaxConns = 4
+	}
+	pc.MinConns = 0
+	w, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		// Only an invalid config fails here, and the caller's pool was built from it.
+		panic(fmt.Sprintf("engine: worker pool: %v", err))
+	}
+	e.workers = w
+	return e
+}
+
+var workerSettings = map[string]string{
+	"DateStyle":                           "ISO, YMD",
+	"TimeZone":                            "UTC",
+	"IntervalStyle":                       "postgres",
+	"bytea_output":                        "hex",
+	"extra_float_digits":                  "1",
+	"row_security":                        "off",
+	"idle_in_transaction_session_timeout": "60000",
+	"default_transaction_isolation":       "read committed",
+}
+
+// Close releases the engine's own pool. Call after Run has returned.
+func (e *Engine) Close() { e.workers.Close() }
+
+// Schema returns the catalog schema.
+func (e *Engine) Schema() string { return e.cfg.Schema }
+
+func (e *Engine) tbl(name string) string { return ident(e.cfg.Schema) + "." + ident(name) }
+
+func (e *Engine) channel(what string) string { return e.cfg.Schema + "_" + what }
+
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) signalDrained() {
+	e.drainedMu.Lock()
+	close(e.drained)
+	e.drained = make(chan struct{})
+	e.drainedMu.Unlock()
+}
+
+func (e *Engine) drainedCh() <-chan struct{} {
+	e.drainedMu.Lock()
+	defer e.drainedMu.Unlock()
+	return e.drained
+}
+
+// Run runs this process's workers until ctx is done: the listener, the
+// staging candidate and the drain workers. It returns nil on cancellation.
+func (e *Engine) Run(ctx context.Context) error {
+	var role string
+	if err := e.workers.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.tbl("_instance"))).Scan(&role); err != nil {
+		return fmt.Errorf("engine: reading the instance marker (run Migrate first): %w", err)
+	}
+	e.workerRole = role
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return e.listen(gctx) })
+	g.Go(func() error { return e.heartbeat(gctx) })
+	if e.cfg.Staging != StagingOff {
+		g.Go(func() error { return e.stagingCandidate(gctx) })
+	}
+	for i := 0; i < e.cfg.DrainWorkers; i++ {
+		id := fmt.Sprintf("%s/drain-%d", e.cfg.ProcessID, i)
+		g.Go(func() error { return e.drainLoop(gctx, id) })
+	}
+	err := g.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// listen turns NOTIFYs into in-process wake-ups, reconnecting on failure.
+func (e *Engine) listen(ctx context.Context) error {
+	for ctx.Err() == nil {
+		err := e.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		e.log.Warn("engine listener failed; reconnecting", "err", err)
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+	return nil
+}
+
+func (e *Engine) listenOnce(ctx context.Context) error {
+	conn, err := e.workers.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	defer func() {
+		// A LISTENing connection must not go back to the pool.
+		conn.Hijack().Close(context.Background())
+	}()
+	for _, ch := range []string{"wake", "sealed", "drained"} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ident(e.channel(ch))); err != nil {
+			return err
+		}
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		switch n.Channel {
+		case e.channel("wake"):
+			poke(e.wakeStaging)
+			poke(e.wakeDrain)
+		case e.channel("sealed"):
+			poke(e.wakeDrain)
+		case e.channel("drained"):
+			e.signalDrained()
+			poke(e.wakeStaging)
+			poke(e.wakeDrain)
+		}
+	}
+}
+
+// heartbeat keeps this process's _workers row fresh (liveness, §12.11).
+func (e *Engine) heartbeat(ctx context.Context) error {
+	id := e.cfg.ProcessID
+	beat := func() {
+		_, err := e.workers.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (worker_id, proxy_id, kind, last_seen)
+			VALUES ($1, $2, 'drain', now()) ON CONFLICT (worker_id) DO UPDATE SET last_seen = now()`, e.tbl("_workers")), id, e.cfg.ProcessID)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("heartbeat failed", "err", err)
+		}
+	}
+	beat()
+	t := time.NewTicker(e.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			e.workers.Exec(c, fmt.Sprintf("DELETE FROM %s WHERE worker_id = $1", e.tbl("_workers")), id)
+			cancel()
+			return nil
+		case <-t.C:
+			beat()
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// transient reports errors after which a page or chunk is retried without
+// charging anyone (§12.12).
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case pgerr.SerializationFailure, pgerr.DeadlockDetected, pgerr.LockNotAvailable, pgerr.QueryCanceled,
+			pgerr.AdminShutdown, "57P02", "57P03", "08000", "08003", "08006", "25P03":
+			return true
+		}
+		return false
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	// Lost connections surface as non-PgError errors.
+	return true
+}
+
+func unsupported(what string) error {
+	return pgerr.Newf(pgerr.FeatureNotSupported, "%s is not yet supported", what).WithClass("unsupported", "NotYetSupported")
+}
+
+// Pause is not yet supported.
+func (e *Engine) Pause(ctx context.Context, q Querier, target TableName) error {
+	return unsupported("PAUSE TRANSFORM")
+}
+
+// Resume is not yet supported.
+func (e *Engine) Resume(ctx context.Context, q Querier, target TableName) error {
+	return unsupported("RESUME TRANSFORM")
+}
+
+// Alter is not yet supported.
+func (e *Engine) Alter(ctx context.Context, q Querier, target TableName, spec Spec) error {
+	return unsupported("ALTER TRANSFORM")
+}

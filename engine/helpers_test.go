@@ -1,0 +1,164 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { pgcluster.RunMain(m) }
+
+var dbSeq atomic.Int64
+
+// testDB creates a fresh database and returns a pool on it.
+func testDB(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	c := pgcluster.ForTest(t)
+	name := fmt.Sprintf("eng_%d_%d", time.Now().UnixNano()%1e9, dbSeq.Add(1))
+	admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close(context.Background())
+	cfg, err := pgxpool.ParseConfig(c.URL(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
+		if err == nil {
+			admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			admin.Close(context.Background())
+		}
+	})
+	return pool
+}
+
+func fastConfig() Config {
+	return Config{
+		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
+		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
+		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
+	}
+}
+
+// startEngine migrates and runs an engine until the test ends.
+func startEngine(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Engine, context.CancelFunc) {
+	t.Helper()
+	e := New(pool, cfg)
+	if err := e.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine run: %v", err)
+		}
+		e.Close()
+	}
+	t.Cleanup(stop)
+	return e, stop
+}
+
+func exec(t testing.TB, q Querier, sql string, args ...any) {
+	t.Helper()
+	if _, err := q.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func define(t testing.TB, e *Engine, spec Spec) *Defined {
+	t.Helper()
+	d, err := e.Define(context.Background(), e.pool, spec)
+	if err != nil {
+		t.Fatalf("define %s: %v", spec.Target.Name, err)
+	}
+	return d
+}
+
+func awaitLive(t testing.TB, e *Engine, name string) {
+	t.Helper()
+	if err := e.AwaitLive(context.Background(), TableName{Name: name}, 60*time.Second); err != nil {
+		st, _ := e.Status(context.Background())
+		t.Fatalf("await live %s: %v (status %+v)", name, err, st)
+	}
+}
+
+func converge(t testing.TB, e *Engine) {
+	t.Helper()
+	tok, err := e.WatermarkToken(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.AwaitConverged(context.Background(), tok, 60*time.Second); err != nil {
+		t.Fatalf("await converged: %v", err)
+	}
+}
+
+// diff compares two queries as multisets (EXCEPT ALL both ways) and returns
+// a description of the difference, "" when equal.
+func diff(t testing.TB, q Querier, got, want string) string {
+	t.Helper()
+	var out []string
+	for _, dir := range [][2]string{{got, want}, {want, got}} {
+		rows, err := q.Query(context.Background(), "SELECT x::text FROM (("+dir[0]+") EXCEPT ALL ("+dir[1]+")) x LIMIT 10")
+		if err != nil {
+			t.Fatalf("diff query: %v\n%s\n%s", err, got, want)
+		}
+		r, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r) > 0 {
+			label := "extra in target"
+			if dir[0] == want {
+				label = "missing from target"
+			}
+			out = append(out, label+": "+strings.Join(r, " | "))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func assertSame(t testing.TB, q Querier, got, want string) {
+	t.Helper()
+	if d := diff(t, q, got, want); d != "" {
+		t.Fatalf("target differs from oracle:\n%s\ngot:  %s\nwant: %s", d, got, want)
+	}
+}
+
+func col(c string) string { return SourceColumn(c) }
+
+func count(t testing.TB, q Querier, sql string) int64 {
+	t.Helper()
+	var n int64
+	if err := q.QueryRow(context.Background(), "SELECT count(*) FROM ("+sql+") x").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

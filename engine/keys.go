@@ -1,0 +1,160 @@
+package engine
+
+import (
+	"strings"
+)
+
+// Key identity (engine §12.3): a key is its text rendering, compared
+// byte-wise. One non-null column renders as format('%s', col); several
+// columns, or a nullable identity, join escaped parts with U+001F, a NULL
+// part being U+0001.
+
+// keyPlain reports whether a key of n columns uses the bare rendering.
+func keyPlain(n int, nullable bool) bool { return n == 1 && !nullable }
+
+// keySQL renders the key of the row under alias (already quoted) in SQL.
+func keySQL(alias string, cols []keyCol, nullable bool) string {
+	if keyPlain(len(cols), nullable) {
+		return "format('%s', " + alias + "." + ident(cols[0].Name) + ")"
+	}
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		ref := alias + "." + ident(c.Name)
+		parts[i] = "CASE WHEN num_nulls(" + ref + ") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', " +
+			ref + "), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END"
+	}
+	return "(" + strings.Join(parts, " || chr(31) || ") + ")"
+}
+
+// encodeKey is the Go twin of keySQL (nil = NULL part).
+func encodeKey(parts []*string, nullable bool) string {
+	if keyPlain(len(parts), nullable) {
+		return *parts[0]
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(0x1f)
+		}
+		if p == nil {
+			b.WriteByte(0x01)
+			continue
+		}
+		for _, r := range []byte(*p) {
+			switch r {
+			case 0x1b:
+				b.WriteString("\x1b\x1b")
+			case 0x1f:
+				b.WriteString("\x1bf")
+			case 0x01:
+				b.WriteString("\x1ba")
+			default:
+				b.WriteByte(r)
+			}
+		}
+	}
+	return b.String()
+}
+
+// decodeKey splits a key into its n column texts (nil = NULL). A malformed
+// key yields ok = false.
+func decodeKey(k string, n int, nullable bool) (parts []*string, ok bool) {
+	if keyPlain(n, nullable) {
+		return []*string{&k}, true
+	}
+	raw := strings.Split(k, "\x1f")
+	if len(raw) != n {
+		return nil, false
+	}
+	parts = make([]*string, n)
+	for i, r := range raw {
+		if r == "\x01" {
+			continue
+		}
+		var b strings.Builder
+		for j := 0; j < len(r); j++ {
+			c := r[j]
+			if c == 0x01 {
+				return nil, false
+			}
+			if c != 0x1b {
+				b.WriteByte(c)
+				continue
+			}
+			j++
+			if j >= len(r) {
+				return nil, false
+			}
+			switch r[j] {
+			case 0x1b:
+				b.WriteByte(0x1b)
+			case 'f':
+				b.WriteByte(0x1f)
+			case 'a':
+				b.WriteByte(0x01)
+			default:
+				return nil, false
+			}
+		}
+		s := b.String()
+		parts[i] = &s
+	}
+	return parts, true
+}
+
+// keyLookup renders the predicate matching the row under alias to the
+// unnested key parts u.p<i> (typed lookup for the index) and re-checks the
+// rendering against u.k, so the key stays the identity even where the
+// type's = is looser than its text (H9).
+func keyLookup(alias, u string, cols []keyCol, nullable bool) string {
+	var conds []string
+	for i, c := range cols {
+		ref := alias + "." + ident(c.Name)
+		p := u + "." + partCol(i)
+		eq := ref + " = " + p + "::" + c.Type
+		if nullable {
+			eq = "(" + eq + " OR (" + ref + " IS NULL AND " + p + " IS NULL))"
+		}
+		conds = append(conds, eq)
+	}
+	conds = append(conds, keySQL(alias, cols, nullable)+" = "+u+".k COLLATE \"C\"")
+	return strings.Join(conds, " AND ")
+}
+
+func partCol(i int) string { return "p" + itoa(i) }
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i < 10 {
+		return digits[i : i+1]
+	}
+	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// keyArgs turns keys into unnest arguments: $1 keys, then one text[] per
+// column. The SQL is "unnest($1::text[], $2::text[], ...) AS u(k, p0, ...)".
+func keyArgs(keys []string, cols []keyCol, nullable bool) (args []any, unnest string, bad []string) {
+	n := len(cols)
+	cols2 := make([][]*string, n)
+	good := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts, ok := decodeKey(k, n, nullable)
+		if !ok {
+			bad = append(bad, k)
+			continue
+		}
+		good = append(good, k)
+		for i := range n {
+			cols2[i] = append(cols2[i], parts[i])
+		}
+	}
+	args = append(args, good)
+	ps := []string{"$1::text[]"}
+	names := []string{"k"}
+	for i := range n {
+		args = append(args, cols2[i])
+		ps = append(ps, "$"+itoa(i+2)+"::text[]")
+		names = append(names, partCol(i))
+	}
+	return args, "unnest(" + strings.Join(ps, ", ") + ") AS u(" + strings.Join(names, ", ") + ")", bad
+}
