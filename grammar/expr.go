@@ -17,6 +17,47 @@ var allowedAggregates = map[string]bool{
 	"bool_and": true, "bool_or": true, "bit_and": true, "bit_or": true, "jsonb_agg": true,
 }
 
+// knownSRFs are set-returning pg_catalog functions refused on sight
+// (SetReturningFunctionNotAllowed); the engine's catalog check catches the
+// rest. Whatever same-named function a user might create elsewhere would be
+// refused too (UserDefinedFunction), so an early refusal never accepts less
+// than the catalog check would.
+var knownSRFs = map[string]bool{
+	"generate_series": true, "generate_subscripts": true, "unnest": true, "regexp_matches": true,
+	"regexp_split_to_table": true, "string_to_table": true, "jsonb_array_elements": true,
+	"jsonb_array_elements_text": true, "json_array_elements": true, "json_array_elements_text": true,
+	"jsonb_each": true, "jsonb_each_text": true, "json_each": true, "json_each_text": true,
+	"jsonb_object_keys": true, "json_object_keys": true, "jsonb_path_query": true,
+	"jsonb_to_recordset": true, "json_to_recordset": true, "jsonb_populate_recordset": true,
+	"json_populate_recordset": true, "ts_stat": true, "ts_debug": true, "ts_parse": true, "ts_token_type": true,
+}
+
+// knownAggregates are pg_catalog aggregates outside §5.6, refused on sight
+// (UnsupportedAggregate) for the same reason.
+var knownAggregates = map[string]bool{
+	"array_agg": true, "string_agg": true, "stddev": true, "stddev_pop": true, "stddev_samp": true,
+	"variance": true, "var_pop": true, "var_samp": true, "every": true, "json_agg": true,
+	"json_agg_strict": true, "jsonb_agg_strict": true, "json_object_agg": true, "jsonb_object_agg": true,
+	"json_object_agg_strict": true, "jsonb_object_agg_strict": true, "json_object_agg_unique": true,
+	"jsonb_object_agg_unique": true, "xmlagg": true, "corr": true, "covar_pop": true, "covar_samp": true,
+	"regr_avgx": true, "regr_avgy": true, "regr_count": true, "regr_intercept": true, "regr_r2": true,
+	"regr_slope": true, "regr_sxx": true, "regr_sxy": true, "regr_syy": true, "percentile_cont": true,
+	"percentile_disc": true, "mode": true, "any_value": true, "range_agg": true, "range_intersect_agg": true,
+	"bit_xor": true,
+}
+
+// catalogName returns the lower-case name of an unqualified or
+// pg_catalog-qualified function, or "".
+func catalogName(name []string) string {
+	switch {
+	case len(name) == 1:
+		return name[0]
+	case len(name) == 2 && name[0] == "pg_catalog":
+		return name[1]
+	}
+	return ""
+}
+
 // AggregateName returns the lower-case name of an allowed aggregate call
 // (§5.6: case-insensitive, optionally pg_catalog-qualified), or "".
 func AggregateName(f *FuncCall) string {
@@ -447,6 +488,14 @@ func (c *conv) funcCall(f *pg_query.FuncCall) (Expr, *pgerr.Error) {
 			return nil, newErr(NonImmutableConstruct, p, "SYSTEM_USER is not immutable; formulas may only use IMMUTABLE values")
 		}
 		return nil, c.unsupported(f.Location, strings.ToUpper(name[len(name)-1]))
+	}
+	switch cn := catalogName(name); {
+	case knownSRFs[cn]:
+		return nil, newErr(SetReturningFunctionNotAllowed, p, "%s returns a set; formulas must produce one value per row", disp).
+			WithDetail("function: %s", cn)
+	case knownAggregates[cn]:
+		return nil, newErr(UnsupportedAggregate, p, "aggregate %s is not supported; allowed aggregates are SUM, AVG, MIN, MAX, COUNT, BOOL_AND, BOOL_OR, BIT_AND, BIT_OR and JSONB_AGG", disp).
+			WithDetail("function: %s", cn)
 	}
 	agg := AggregateName(out)
 	if agg != "" {
