@@ -21,6 +21,9 @@ func captureEnv(ctx context.Context, admin *pgconn.PgConn, dataDir string) map[s
 		// B11 (generator-reach) does not exist yet, so there is no box factor.
 		"box_factor": nil,
 		"commit":     gitCommit(),
+		// The proxy is built from the working tree, which may hold
+		// uncommitted changes to the packages it is made of.
+		"commit_dirty": gitDirty("wire", "cmd/trellis-proxy", "pgerr", "internal", "router", "grammar", "engine"),
 	}
 	names := []string{"server_version", "fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "wal_level", "max_connections"}
 	var sel []string
@@ -51,4 +54,14 @@ func gitCommit() any {
 		return nil
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// gitDirty reports uncommitted changes under the given paths; nil when git
+// cannot tell.
+func gitDirty(paths ...string) any {
+	out, err := exec.Command("git", append([]string{"status", "--porcelain", "--"}, paths...)...).Output()
+	if err != nil {
+		return nil
+	}
+	return len(strings.TrimSpace(string(out))) > 0
 }

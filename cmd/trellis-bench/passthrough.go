@@ -218,7 +218,11 @@ func (p *passthrough) startTargets(ctx context.Context) error {
 			fmt.Fprintf(os.Stderr, "NOTE: no proxy binary at %s (make build): the proxy column is pending; measuring direct and PgBouncer only\n", cfg.ProxyBin)
 			return nil
 		}
-		flags := proxyFlags(cfg.ProxyBin)
+		// Absolute: the proxy runs in the scratch directory.
+		if abs, err := filepath.Abs(cfg.ProxyBin); err == nil {
+			p.b.cfg.ProxyBin = abs
+		}
+		flags := proxyFlags(p.b.cfg.ProxyBin)
 		if flags["max-client-conns"] {
 			p.proxyArg = append(p.proxyArg, "--max-client-conns", strconv.Itoa(cfg.IdleConns+100))
 		}
@@ -231,6 +235,9 @@ func (p *passthrough) startTargets(ctx context.Context) error {
 			return err
 		}
 		p.procs[pathProxy], p.dsn[pathProxy] = pr, pr.DSN()
+		if out, err := exec.Command(p.b.cfg.ProxyBin, "version").Output(); err == nil {
+			p.b.out.env["proxy_version"] = strings.TrimSpace(string(out))
+		}
 	}
 	return nil
 }

@@ -32,6 +32,12 @@ func (e *emitter) emit(fields map[string]any) {
 		line[k] = v
 	}
 	line["time"] = time.Now().UTC().Format(time.RFC3339)
+	// The 1-minute load average: other work on a shared box shows up here.
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			line["loadavg_1m"] = f[0]
+		}
+	}
 	b, err := json.Marshal(line)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "trellis-bench: encoding result line: %v\n", err)
