@@ -319,6 +319,7 @@ func (rv *resolver) resolveRef(fi int, u ColumnUse) (ResolvedRef, *pgerr.Error) 
 			return r, unresolved()
 		}
 		r.Kind = RefSource
+		rv.keyRef(&r)
 		return r, nil
 	}
 	name := p[0]
@@ -352,12 +353,19 @@ func (rv *resolver) resolveRef(fi int, u ColumnUse) (ResolvedRef, *pgerr.Error) 
 		}
 		return r, unresolved()
 	}
-	if rv.t.IsAggregate() && u.Agg == nil {
-		if _, ok := rv.keyCols[name]; ok {
-			r.Kind = RefKey
-		}
-	}
+	rv.keyRef(&r)
 	return r, nil
+}
+
+// keyRef reclassifies a source column read outside an aggregate as the
+// GROUP BY key it is, in an aggregate target.
+func (rv *resolver) keyRef(r *ResolvedRef) {
+	if !rv.t.IsAggregate() || r.Agg != nil || r.Kind != RefSource {
+		return
+	}
+	if ki, ok := rv.keyCols[r.Column]; ok && rv.res.Keys[ki].Rel == "" {
+		r.Kind = RefKey
+	}
 }
 
 // readsAggregate reports whether field name is an aggregate field or reads
