@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -56,6 +58,7 @@ func fastConfig() Config {
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
 		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
+		Logger: testLogger(),
 	}
 }
 
@@ -161,4 +164,11 @@ func count(t testing.TB, q Querier, sql string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("ENGINE_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
