@@ -5,6 +5,7 @@
 package router
 
 import (
+	"strconv"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -131,6 +132,25 @@ type Call struct {
 	// trellis functions work as the surface spec says. Empty with no args.
 	ArgsSQL string
 	NArgs   int
+	// Params maps each parameter $n written as a whole argument to that
+	// argument's index; MaxParam is the highest $n anywhere in the call.
+	Params   map[int]int
+	MaxParam int
+}
+
+// ParamOIDs returns the types of $1..$MaxParam for a Describe: the
+// signature's type for a parameter that is a whole argument, text otherwise
+// (Postgres then casts it as the call needs).
+func (c *Call) ParamOIDs(signature []uint32) []uint32 {
+	const textOID = 25
+	out := make([]uint32, c.MaxParam)
+	for k := range out {
+		out[k] = textOID
+		if arg, ok := c.Params[k+1]; ok && arg < len(signature) {
+			out[k] = signature[arg]
+		}
+	}
+	return out
 }
 
 // ProxyFunctions are the functions the proxy answers itself (surface §4).
@@ -203,6 +223,15 @@ func parseCall(text, schema string) *Call {
 		call.Column = name
 	}
 	call.NArgs = len(fc.Args)
+	for k, a := range fc.Args {
+		if p := a.GetParamRef(); p != nil {
+			if call.Params == nil {
+				call.Params = map[int]int{}
+			}
+			call.Params[int(p.Number)] = k
+		}
+	}
+	call.MaxParam = maxParam(text)
 	if len(fc.Args) > 0 {
 		args := &pg_query.SelectStmt{}
 		for _, a := range fc.Args {
@@ -220,6 +249,26 @@ func parseCall(text, schema string) *Call {
 		call.ArgsSQL = out
 	}
 	return call
+}
+
+// maxParam returns the highest $n in a statement that the parser accepted,
+// where a '$' followed by digits outside quotes is a parameter.
+func maxParam(text string) int {
+	highest := 0
+	scan, err := pg_query.Scan(text)
+	if err != nil {
+		return 0
+	}
+	for _, tok := range scan.Tokens {
+		if tok.Token != pg_query.Token_PARAM {
+			continue
+		}
+		n, err := strconv.Atoi(text[tok.Start+1 : tok.End])
+		if err == nil && n > highest {
+			highest = n
+		}
+	}
+	return highest
 }
 
 func containsAnyProxyFunc(text string) bool {

@@ -73,6 +73,13 @@ type Describer interface {
 	Describe(s *SessionInfo, sql string, r Route) ([]pgproto3.FieldDescription, error)
 }
 
+// ParamDescriber is optionally implemented by an Interceptor to give the
+// parameter types of an intercepted prepared statement whose Parse named
+// none (a driver such as pgx then encodes its arguments from them).
+type ParamDescriber interface {
+	DescribeParams(s *SessionInfo, sql string, r Route) []uint32
+}
+
 // PassThrough is the default Interceptor: it answers nothing itself. A Server
 // whose interceptor is PassThrough (or nil) skips decoding client frames.
 type PassThrough struct{}

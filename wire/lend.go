@@ -102,7 +102,11 @@ func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpst
 				st = m.portal.stmt
 			}
 			if m.objType == 'S' {
-				pd := pgproto3.ParameterDescription{ParameterOIDs: st.paramOIDs}
+				oids := st.paramOIDs
+				if pdr, ok := s.srv.intercep.(ParamDescriber); ok && len(oids) == 0 {
+					oids = pdr.DescribeParams(s.info, st.sql, st.route)
+				}
+				pd := pgproto3.ParameterDescription{ParameterOIDs: oids}
 				out, _ := pd.Encode(s.wbuf[:0])
 				w.raw(out)
 			}

@@ -1,0 +1,286 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/engine"
+	"github.com/trellis-proxy/trellis-proxy/internal/intercept"
+	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
+	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
+)
+
+var trellisDBSeq atomic.Int64
+
+// trellisHarness is a proxy with the engine and the Trellis interceptor, on
+// a database of its own.
+type trellisHarness struct {
+	*harness
+	db     string
+	pool   *pgxpool.Pool // direct, as the workers' role
+	engine *engine.Engine
+}
+
+func startTrellis(t *testing.T) *trellisHarness {
+	t.Helper()
+	c := pgcluster.ForTest(t)
+	db := fmt.Sprintf("trellis_%d_%d", time.Now().UnixNano()%1e6, trellisDBSeq.Add(1))
+	admin := direct(t)
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), c.URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(pool, engine.Config{
+		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
+		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
+		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
+	})
+	if err := e.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	ic := intercept.New(intercept.Config{Engine: e, Schema: "trellis", Database: db,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	h := start(t, func(cfg *proxy.Config, opts *proxy.Options) {
+		cfg.Upstream = c.URL(db)
+		opts.Interceptor = ic
+	})
+	t.Cleanup(func() {
+		h.stop()
+		cancel()
+		<-done
+		e.Close()
+		pool.Close()
+		admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+	})
+	return &trellisHarness{harness: h, db: db, pool: pool, engine: e}
+}
+
+func (h *trellisHarness) client(t *testing.T) *pgx.Conn {
+	t.Helper()
+	return connectURL(t, h.url("postgres", "", h.db, ""))
+}
+
+// waitStatus polls the catalog until the transform reaches want.
+func (h *trellisHarness) waitStatus(t *testing.T, target, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var got string
+		err := h.pool.QueryRow(context.Background(),
+			`SELECT status FROM trellis._definitions WHERE target_table = 'public.' || $1`, target).Scan(&got)
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: status %q (err %v), want %q", target, got, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pgErrOf(t *testing.T, err error) *pgconn.PgError {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		t.Fatalf("want a Postgres error, got %T %v", err, err)
+	}
+	return pe
+}
+
+// The walkthrough of the README, through the proxy with pgx in both
+// protocols: define, go live, write, wait for convergence, read.
+func TestTransformThroughProxy(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE orders (id bigint PRIMARY KEY, customer_id bigint, price numeric, tax numeric, qty integer)`)
+	mustExec(t, c, `INSERT INTO orders SELECT g, g % 10, g, g / 10.0, g % 5 FROM generate_series(1, 100) g`)
+
+	// Simple protocol: notice, one row of trellis.applied, tag TRANSFORM.
+	var notices []string
+	cfg, _ := pgx.ParseConfig(h.url("postgres", "", h.db, "default_query_exec_mode=simple_protocol"))
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	simple, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer simple.Close(ctx)
+	rows, err := simple.Query(ctx, `TRANSFORM order_totals FROM orders SELECT price + tax AS total, qty * 2 AS double_qty`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 1 || vals[0]["kind"] != "transform_defined" || vals[0]["status"] != "waiting_to_backfill" ||
+		vals[0]["target_table"] != "public.order_totals" || rows.CommandTag().String() != "TRANSFORM" {
+		t.Fatalf("reply %v tag %q", vals, rows.CommandTag())
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "transform public.order_totals defined") {
+		t.Fatalf("notices %q", notices)
+	}
+
+	// Extended protocol (pgx's default): an aggregate transform.
+	var kind, status string
+	var id int64
+	if err := c.QueryRow(ctx, `TRANSFORM customer_totals FROM orders GROUP BY customer_id SELECT SUM(price) AS spent, COUNT(*) AS n`).
+		Scan(&kind, nil, nil, &id, &status, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if kind != "transform_defined" || status != "waiting_to_backfill" || id == 0 {
+		t.Fatalf("extended reply %s %s %d", kind, status, id)
+	}
+
+	h.waitStatus(t, "order_totals", "live")
+	h.waitStatus(t, "customer_totals", "live")
+	mustExec(t, c, `UPDATE orders SET price = price * 2 WHERE id <= 10`)
+	mustExec(t, c, `DELETE FROM orders WHERE id > 90`)
+	var token string
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&token); err != nil {
+		t.Fatal(err)
+	}
+	// The proxy answers the wait itself, in both protocols.
+	if _, err := simple.Exec(ctx, fmt.Sprintf("SELECT trellis.await_converged('%s', 30000)", token)); err != nil {
+		t.Fatalf("await_converged (simple): %v", err)
+	}
+	var ok bool
+	if err := c.QueryRow(ctx, "SELECT trellis.try_await_converged($1, 30000)", token).Scan(&ok); err != nil || !ok {
+		t.Fatalf("try_await_converged (extended): %v %v", ok, err)
+	}
+	var diff int64
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM (
+		(SELECT id, total, double_qty FROM order_totals EXCEPT ALL SELECT id, price + tax, qty * 2 FROM orders)
+		UNION ALL
+		(SELECT id, price + tax, qty * 2 FROM orders EXCEPT ALL SELECT id, total, double_qty FROM order_totals)) d`).Scan(&diff); err != nil || diff != 0 {
+		t.Fatalf("order_totals differs from its definition in %d rows (%v)", diff, err)
+	}
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM (
+		(SELECT customer_id, spent, n FROM customer_totals EXCEPT ALL SELECT customer_id, SUM(price), COUNT(*) FROM orders GROUP BY 1)
+		UNION ALL
+		(SELECT customer_id, SUM(price), COUNT(*) FROM orders GROUP BY 1 EXCEPT ALL SELECT customer_id, spent, n FROM customer_totals)) d`).Scan(&diff); err != nil || diff != 0 {
+		t.Fatalf("customer_totals differs in %d rows (%v)", diff, err)
+	}
+
+	// Postgres's own DROP TRANSFORM ... FOR passes through untouched: the
+	// answer is Postgres's, not a Trellis parse error.
+	_, err = c.Exec(ctx, "DROP TRANSFORM FOR int LANGUAGE sql")
+	if pe := pgErrOf(t, err); pe.Code != "42704" || !strings.Contains(pe.Message, "transform for type integer") {
+		t.Fatalf("DROP TRANSFORM FOR answered %s: %s", pe.Code, pe.Message)
+	}
+	if _, err := c.Exec(ctx, "DROP TRANSFORM IF EXISTS FOR int LANGUAGE sql"); err != nil {
+		t.Fatalf("DROP TRANSFORM IF EXISTS FOR: %v", err)
+	}
+}
+
+func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	q := "SELECT 1; TRANSFORM t FROM s JOIN u SELECT a AS b"
+	_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	pe := pgErrOf(t, err)
+	if pe.Code != "0A000" && pe.Code != "42601" {
+		t.Fatalf("JOIN refused with %s %s", pe.Code, pe.Message)
+	}
+	if want := strings.Index(q, "JOIN") + 1; int(pe.Position) != want {
+		t.Fatalf("position %d, want %d (%s)", pe.Position, want, pe.Message)
+	}
+	if pe.Hint == "" || !strings.Contains(pe.Detail, "trellis: ") {
+		t.Fatalf("hint %q detail %q", pe.Hint, pe.Detail)
+	}
+	// The session is usable afterwards.
+	var one int
+	if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatal(err)
+	}
+	// $n inside a Trellis statement is refused at Parse.
+	_, err = c.Exec(ctx, "TRANSFORM t2 FROM s SELECT a + $1 AS b", 1)
+	if pe := pgErrOf(t, err); pe.Code != "0A000" {
+		t.Fatalf("parameter refused with %s %s", pe.Code, pe.Message)
+	}
+}
+
+// D6: a TRANSFORM inside BEGIN ... ROLLBACK leaves nothing; inside BEGIN ...
+// COMMIT over a table created in the same transaction it goes live; a
+// multi-statement string is all-or-nothing.
+func TestTransformIsTransactional(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	c := h.client(t)
+
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE r (id int PRIMARY KEY, v int)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `TRANSFORM rv FROM r SELECT v + 1 AS w`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	h.pool.QueryRow(ctx, `SELECT count(*) FROM trellis._definitions`).Scan(&n)
+	if n != 0 || tableExists(t, h.pool, "rv") || tableExists(t, h.pool, "r") {
+		t.Fatalf("rollback left definitions=%d", n)
+	}
+
+	tx, err = c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`CREATE TABLE r (id int PRIMARY KEY, v int)`, `INSERT INTO r VALUES (1, 10), (2, 20)`,
+		`TRANSFORM rv FROM r SELECT v + 1 AS w`, `TRANSFORM rv_sum FROM rv GROUP BY w SELECT COUNT(*) AS n`} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(t, "rv", "live")
+	h.waitStatus(t, "rv_sum", "live")
+
+	// A multi-statement string: the failing statement undoes the rest.
+	_, err = c.Exec(ctx, `CREATE TABLE m (id int PRIMARY KEY, v int); TRANSFORM mv FROM m SELECT v AS w; SELECT 1/0`, pgx.QueryExecModeSimpleProtocol)
+	if pe := pgErrOf(t, err); pe.Code != "22012" {
+		t.Fatalf("want division by zero, got %s", pe.Code)
+	}
+	if tableExists(t, h.pool, "m") || tableExists(t, h.pool, "mv") {
+		t.Fatal("a failed multi-statement string left tables behind")
+	}
+	if _, err := c.Exec(ctx, `CREATE TABLE m (id int PRIMARY KEY, v int); TRANSFORM mv FROM m SELECT v AS w; INSERT INTO m VALUES (1, 1)`,
+		pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus(t, "mv", "live")
+}
+
+func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}

@@ -1,0 +1,287 @@
+// Package intercept is the glue the architecture puts in cmd: it implements
+// wire.Interceptor with the router (which statements are ours), the engine
+// (what they do) and the proxy-only calls of the surface spec.
+//
+// A Trellis statement runs on the client's own upstream connection, inside
+// the client's transaction (D6). In autocommit it is wrapped in a
+// transaction of its own, so a statement's several catalog writes commit or
+// roll back together; a multi-statement string that mixes SQL and Trellis
+// statements is wrapped as one implicit transaction, which is what Postgres
+// does with such a string.
+package intercept
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/trellis-proxy/trellis-proxy/engine"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+	"github.com/trellis-proxy/trellis-proxy/router"
+	"github.com/trellis-proxy/trellis-proxy/wire"
+)
+
+// Config wires an Interceptor.
+type Config struct {
+	Engine *engine.Engine
+	// Schema is the catalog schema (the router also accepts "trellis").
+	Schema string
+	// Database is the one database the proxy serves Trellis for (surface
+	// §1.1); sessions on other databases are relayed untouched.
+	Database string
+	// MetricsText returns what GET /metrics would (trellis.metrics_text()).
+	MetricsText func() string
+	// Migrate runs the catalog migration for trellis.migrate() and returns
+	// its one-line report.
+	Migrate func(ctx context.Context) (string, error)
+	Logger  *slog.Logger
+}
+
+// Interceptor implements wire.Interceptor and wire.Describer.
+type Interceptor struct {
+	cfg    Config
+	router router.Options
+	log    *slog.Logger
+}
+
+// New returns the proxy's interceptor.
+func New(cfg Config) *Interceptor {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Interceptor{cfg: cfg, router: router.Options{Schema: strings.ToLower(cfg.Schema)}, log: cfg.Logger}
+}
+
+var (
+	_ wire.Interceptor    = (*Interceptor)(nil)
+	_ wire.Describer      = (*Interceptor)(nil)
+	_ wire.ParamDescriber = (*Interceptor)(nil)
+)
+
+// Classify routes a statement; ordinary SQL costs the router's prefilter
+// only.
+func (i *Interceptor) Classify(s *wire.SessionInfo, sql string) wire.Route {
+	plan := router.Classify(sql, i.router)
+	if plan == nil {
+		return wire.PassThroughRoute
+	}
+	kind := "passthrough"
+	for k := range plan.Units {
+		if plan.Units[k].Kind != router.PassThrough {
+			kind = plan.Units[k].StatementName()
+			break
+		}
+	}
+	return wire.Route{Local: true, Kind: kind, Payload: plan}
+}
+
+// Execute runs a classified query string at its barrier.
+func (i *Interceptor) Execute(ctx context.Context, s *wire.SessionInfo, c *wire.Call, up wire.Upstream, w wire.ResultWriter) error {
+	plan, ok := c.Route.Payload.(*router.Plan)
+	if !ok {
+		return pgerr.New(pgerr.InternalError, "intercepted statement without a plan")
+	}
+	if i.cfg.Database != "" && s.Database != i.cfg.Database {
+		return pgerr.Newf(pgerr.FeatureNotSupported, "Trellis is served for database %q only", i.cfg.Database).
+			WithClass("unsupported", "OtherDatabase").WithHint("connect to database %q to use Trellis statements", i.cfg.Database)
+	}
+	if c.Extended && len(plan.Units) > 1 {
+		return pgerr.New(pgerr.SyntaxError, "cannot insert multiple commands into a prepared statement")
+	}
+	x := &execution{i: i, s: s, c: c, up: up, w: w}
+	return x.run(ctx, plan)
+}
+
+// execution is one Execute call.
+type execution struct {
+	i  *Interceptor
+	s  *wire.SessionInfo
+	c  *wire.Call
+	up wire.Upstream
+	w  wire.ResultWriter
+	// wrapped is true while the proxy holds a transaction it opened itself.
+	wrapped bool
+	// defined is true once a statement changed the catalog in a transaction
+	// the proxy commits: the workers are woken after that commit.
+	defined bool
+}
+
+func (x *execution) run(ctx context.Context, plan *router.Plan) error {
+	if x.up.TxStatus() == 'I' && needsWrap(plan) {
+		if _, err := x.up.Exec(ctx, "BEGIN"); err != nil {
+			return err
+		}
+		x.wrapped = true
+	}
+	for k := range plan.Units {
+		u := &plan.Units[k]
+		if err := x.unit(ctx, u); err != nil {
+			return x.fail(ctx, u, err)
+		}
+	}
+	if x.wrapped {
+		x.wrapped = false
+		if _, err := x.up.Exec(ctx, "COMMIT"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// needsWrap says whether an autocommit string needs the proxy's own
+// transaction: a Trellis statement makes several catalog writes that must
+// commit together, and a mixed string runs all-or-nothing like Postgres runs
+// it. A string with its own transaction control is left to it.
+func needsWrap(plan *router.Plan) bool {
+	for _, u := range plan.Units {
+		if u.Kind == router.PassThrough && isTransactionControl(u.Text) {
+			return false
+		}
+	}
+	for _, u := range plan.Units {
+		if u.Kind == router.Statement {
+			return true
+		}
+		if u.Kind == router.ProxyCall && (u.Call.Func == "apply" || u.Call.Func == "define") {
+			return true
+		}
+	}
+	return len(plan.Units) > 1
+}
+
+func isTransactionControl(text string) bool {
+	w := strings.ToLower(firstWord(text))
+	switch w {
+	case "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release", "prepare":
+		return true
+	}
+	return false
+}
+
+func firstWord(s string) string {
+	s = strings.TrimLeft(stripLeadingComments(s), " \t\r\n\f\v")
+	end := strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	})
+	if end < 0 {
+		return s
+	}
+	return s[:end]
+}
+
+func stripLeadingComments(s string) string {
+	for {
+		t := strings.TrimLeft(s, " \t\r\n\f\v")
+		switch {
+		case strings.HasPrefix(t, "--"):
+			nl := strings.IndexByte(t, '\n')
+			if nl < 0 {
+				return ""
+			}
+			s = t[nl+1:]
+		case strings.HasPrefix(t, "/*"):
+			end := strings.Index(t, "*/")
+			if end < 0 {
+				return ""
+			}
+			s = t[end+2:]
+		default:
+			return t
+		}
+	}
+}
+
+// unit runs one statement of the string.
+func (x *execution) unit(ctx context.Context, u *router.Unit) error {
+	if x.up.TxStatus() == 'E' && u.Kind != router.PassThrough {
+		return pgerr.New(pgerr.InFailedSQLTransaction, "current transaction is aborted, commands ignored until end of transaction block")
+	}
+	switch u.Kind {
+	case router.PassThrough:
+		return x.up.Forward(ctx, u.Text, x.w)
+	case router.Statement:
+		if u.Err != nil {
+			return u.Err
+		}
+		a, err := x.i.cfg.Engine.Apply(ctx, querier{x.up}, u.Stmt, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
+		if err != nil {
+			return shift(err, u.CharOffset)
+		}
+		x.defined = true
+		return x.writeApplied(a, a.CommandTag)
+	case router.ProxyCall:
+		return x.call(ctx, u)
+	}
+	return nil
+}
+
+// fail ends the string after an error: the proxy's own transaction is
+// rolled back; in the client's block the upstream transaction is made to
+// fail too, so client and backend agree it is aborted (surface §3.3).
+func (x *execution) fail(ctx context.Context, u *router.Unit, err error) error {
+	var fwd *wire.ForwardedError
+	relayed := errors.As(err, &fwd)
+	switch {
+	case x.wrapped:
+		x.wrapped = false
+		if _, rbErr := x.up.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rbErr != nil {
+			x.i.log.Warn("rolling back after a failed Trellis statement", "error", rbErr)
+		}
+	case !relayed && x.up.TxStatus() == 'T':
+		pe, ok := pgerr.As(err)
+		code := pgerr.InternalError
+		if ok {
+			code = pe.Code
+		}
+		// The error the client sees is ours; this one only aborts the block.
+		_, failErr := x.up.Exec(context.WithoutCancel(ctx), fmt.Sprintf("SELECT %s._fail($1, $2)", quoteIdent(x.i.cfg.Schema)),
+			code, "a Trellis statement failed in this transaction")
+		if failErr == nil {
+			x.i.log.Warn("could not abort the client's transaction after a Trellis error", "statement", u.StatementName())
+		}
+	}
+	return err
+}
+
+// shift moves a statement-relative error position to the whole string.
+func shift(err error, offset int) error {
+	if pe, ok := pgerr.As(err); ok && pe.Position > 0 && offset > 0 {
+		return pe.ShiftPosition(offset)
+	}
+	return err
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Describe answers Describe for an intercepted statement.
+func (i *Interceptor) Describe(s *wire.SessionInfo, sql string, r wire.Route) ([]pgproto3.FieldDescription, error) {
+	plan, ok := r.Payload.(*router.Plan)
+	if !ok || len(plan.Units) != 1 {
+		return nil, nil
+	}
+	u := plan.Units[0]
+	switch u.Kind {
+	case router.Statement:
+		if u.Err != nil {
+			return nil, u.Err
+		}
+		return appliedFields, nil
+	case router.ProxyCall:
+		return callFields(u.Call), nil
+	}
+	return nil, nil
+}
+
+// DescribeParams gives a prepared proxy-only call the parameter types of the
+// function's signature for each argument written as a bare $n.
+func (i *Interceptor) DescribeParams(s *wire.SessionInfo, sql string, r wire.Route) []uint32 {
+	plan, ok := r.Payload.(*router.Plan)
+	if !ok || len(plan.Units) != 1 || plan.Units[0].Kind != router.ProxyCall {
+		return nil
+	}
+	return plan.Units[0].Call.ParamOIDs(callParamOIDs(plan.Units[0].Call))
+}
