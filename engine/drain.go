@@ -231,6 +231,12 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		for _, t := range truncated {
 			for _, d := range defs {
 				if d.table == t {
+					// Wait out and hold off build chunks writing this definition, so
+					// the DELETEs below see every committed entry and group (a row a
+					// chunk inserted after the DELETE's snapshot would survive it).
+					if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.ledger()+", "+d.cd.c.target()+" IN EXCLUSIVE MODE"); err != nil {
+						return err
+					}
 					// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
 					// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
 					if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.target()); err != nil {
