@@ -1,0 +1,212 @@
+// Package virtualtables is Trellis's SQL surface (architecture D10): the
+// views, functions and types of surface spec §4 installed as real objects in
+// the catalog schema, so \d, ORM reflection, WHERE, joins and prepared
+// statements work through the proxy and on a direct connection alike. It
+// also renders the text the CLI's status and dump subcommands print.
+package virtualtables
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-proxy/trellis-proxy/engine"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// DefaultSchema is the default catalog schema, and the name through which
+// the proxy's alias reaches any instance (surface §1.1).
+const DefaultSchema = "trellis"
+
+// surfaceVersion orders surface scripts across builds: an older binary never
+// reinstalls over a newer one's objects (rolling upgrades of a fleet).
+const surfaceVersion = 1
+
+// Beginner opens a transaction: *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
+// savepoint) all satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Options configure Install.
+type Options struct {
+	Schema    string        // catalog schema, default "trellis"
+	WorkerTTL time.Duration // reclaim TTL behind liveness reads, default 30s (surface §7.3)
+}
+
+func (o *Options) defaults() {
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if o.WorkerTTL <= 0 {
+		o.WorkerTTL = 30 * time.Second
+	}
+}
+
+// Install creates or upgrades the SQL surface in schema with default
+// options. Run it after engine.Migrate, at every start.
+func Install(ctx context.Context, db Beginner, schema string) error {
+	return InstallOptions(ctx, db, Options{Schema: schema})
+}
+
+// InstallOptions creates the surface objects in the catalog schema, which
+// engine.Migrate must already have created, as the connection's role (the
+// workers' role, which then owns them). It is idempotent and safe from
+// several processes at once: an unchanged surface is left alone (recreating
+// views would take exclusive locks behind every running reader), a changed
+// one is dropped and recreated in one transaction. Privileges (§2.5) are
+// re-applied every time.
+func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
+	opts.defaults()
+	script := render(surfaceSQL, opts)
+	sum := sha256.Sum256([]byte(script))
+	hash := hex.EncodeToString(sum[:])
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	// Concurrent GRANTs on one object fail with "tuple concurrently updated".
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("trellis-surface:"+opts.Schema)); err != nil {
+		return err
+	}
+	var marker bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = '_instance')`, opts.Schema).Scan(&marker); err != nil {
+		return err
+	}
+	if !marker {
+		return pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "schema %q is not a Trellis catalog", opts.Schema).
+			WithHint("run the catalog migration (engine Migrate) first")
+	}
+	s := ident(opts.Schema)
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s._surface (
+		singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+		version int NOT NULL, script_hash text NOT NULL, installed_at timestamptz NOT NULL DEFAULT now())`, s)); err != nil {
+		return err
+	}
+	var version int
+	var installed string
+	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT version, script_hash FROM %s._surface", s)).Scan(&version, &installed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return err
+	}
+	if version < surfaceVersion || (version == surfaceVersion && installed != hash) {
+		if err := dropSurface(ctx, tx, opts.Schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, script); err != nil {
+			return fmt.Errorf("installing the SQL surface in %q: %w", opts.Schema, err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s._surface (version, script_hash) VALUES ($1, $2)
+			ON CONFLICT (singleton) DO UPDATE SET version = excluded.version, script_hash = excluded.script_hash,
+			installed_at = now()`, s), surfaceVersion, hash); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, render(grantSQL, opts)); err != nil {
+		return fmt.Errorf("granting the SQL surface in %q: %w", opts.Schema, err)
+	}
+	return tx.Commit(ctx)
+}
+
+// internalHelpers are the underscore-named functions the surface script
+// creates (storage-side names, D16) and must drop on reinstall.
+var internalHelpers = []string{"_jsontime", "_fail", "_proxy_only", "_has_captured_writes", "_staging_holder",
+	"_definition_targets", "_catalog_version"}
+
+// dropSurface removes every API object (the plain names of the schema are
+// the surface's, D16) and the surface's internal helpers, without CASCADE:
+// a user view built on trellis.status makes the upgrade fail loudly instead
+// of silently losing the user's view.
+func dropSurface(ctx context.Context, tx pgx.Tx, schema string) error {
+	// Order: functions returning a view's row type or applied, views (which
+	// call functions), the remaining functions, then the type.
+	rows, err := tx.Query(ctx, `
+		WITH f AS (
+		  SELECT p.oid, EXISTS (SELECT 1 FROM pg_type t WHERE t.oid = p.prorettype AND t.typtype = 'c') AS returns_row
+		  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		  WHERE n.nspname = $1 AND (left(p.proname, 1) <> '_' OR p.proname = ANY ($2)))
+		SELECT CASE WHEN f.returns_row THEN 0 ELSE 2 END, format('DROP FUNCTION IF EXISTS %s', f.oid::regprocedure)
+		FROM f
+		UNION ALL
+		SELECT 1, format('DROP VIEW IF EXISTS %I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind = 'v' AND left(c.relname, 1) <> '_'
+		UNION ALL
+		SELECT 3, format('DROP TYPE IF EXISTS %I.%I', n.nspname, t.typname)
+		FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+		WHERE n.nspname = $1 AND t.typtype = 'c' AND left(t.typname, 1) <> '_'
+		  AND EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = t.typrelid AND r.relkind = 'c')
+		ORDER BY 1, 2`, schema, internalHelpers)
+	if err != nil {
+		return err
+	}
+	type stmt struct {
+		Order int
+		SQL   string
+	}
+	stmts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stmt])
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if _, err := tx.Exec(ctx, st.SQL); err != nil {
+			if pgerr.CodeOf(err) == pgerr.DependentObjectsStillExist {
+				return pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot upgrade the Trellis SQL surface in %q: %s", schema, errText(err)).
+					WithHint("drop your objects that depend on the catalog's views and functions, upgrade, then recreate them")
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func errText(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		if pe.Detail != "" {
+			return pe.Message + " (" + pe.Detail + ")"
+		}
+		return pe.Message
+	}
+	return err.Error()
+}
+
+func render(script string, o Options) string {
+	r := strings.NewReplacer(
+		"{{S}}", ident(o.Schema),
+		"{{SN}}", literal(o.Schema),
+		"{{STAGING_KEY}}", strconv.FormatInt(lockKey("trellis-staging:"+o.Schema), 10),
+		"{{TTL_MS}}", strconv.FormatInt(o.WorkerTTL.Milliseconds(), 10),
+	)
+	return r.Replace(script)
+}
+
+// lockKey matches the engine's advisory lock keys (FNV-1a 64 of the name):
+// has_live_staging_worker probes the engine's staging lock by this key.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// literal renders a SQL string literal (standard_conforming_strings is on).
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// Compile-time check that the engine's Querier is what the readers take.
+var _ engine.Querier = (pgx.Tx)(nil)

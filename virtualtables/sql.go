@@ -1,0 +1,444 @@
+package virtualtables
+
+// surfaceSQL creates every API object of surface spec §4 that this version
+// has, plus the internal helpers they need. Placeholders: {{S}} the quoted
+// catalog schema, {{SN}} the schema name as a SQL string literal (for
+// messages), {{STAGING_KEY}} the staging advisory lock key, {{TTL_MS}} the
+// worker reclaim TTL in milliseconds.
+//
+// Rules kept throughout:
+//   - Views read storage with their owner's (the workers' role) rights, so every
+//     view that shows per-target rows filters them with the reader's own
+//     privileges (has_table_privilege runs as current_user, which a view does
+//     not change) and is a security_barrier view, so a caller's leaky WHERE
+//     function cannot see filtered rows (§2.4).
+//   - SECURITY DEFINER is used only where a function must read storage and
+//     its result carries nothing per-target the caller may not see; inside
+//     one, current_user is the owner, so no privilege filtering happens there.
+//   - Optional facts the engine may add later (status_detail parts) are read
+//     through jsonb, so the views survive small storage changes.
+const surfaceSQL = `
+CREATE TYPE {{S}}.applied AS (
+  kind text, target text, target_table text, id int8, status text, source_table text,
+  version int8, source_columns jsonb, cardinality text, relationship jsonb, warnings text[],
+  resumed text[], added text[], dropped text[], altered text[]);
+
+-- RFC 3339 UTC with microseconds, as jsonb values carry times (§1.4).
+CREATE FUNCTION {{S}}._jsontime(ts timestamptz) RETURNS text LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$fn$;
+
+-- Raises an error with the given SQLSTATE: the proxy calls it on a client's
+-- backend so the upstream transaction agrees that a Trellis statement failed.
+CREATE FUNCTION {{S}}._fail(code text, message text, detail text DEFAULT NULL, hint text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF code IS NULL OR code !~ '^[0-9A-Z]{5}$' OR code LIKE '00%' OR code LIKE '01%' OR code LIKE '02%' THEN
+    code := 'XX000';
+  END IF;
+  message := coalesce(message, 'Trellis statement failed');
+  IF detail IS NOT NULL AND hint IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail, HINT = hint;
+  ELSIF detail IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
+  ELSIF hint IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, HINT = hint;
+  ELSE
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+  END IF;
+END
+$fn$;
+
+-- Body of every proxy-only stub (§11): a direct caller gets 0A000.
+CREATE FUNCTION {{S}}._proxy_only(object text) RETURNS boolean LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '0A000',
+    MESSAGE = format('%s.%s must be read through trellis-proxy', {{SN}}, object),
+    DETAIL = 'trellis: unsupported/ProxyOnly',
+    HINT = 'connect to the proxy (default port 6432) instead of to PostgreSQL';
+END
+$fn$;
+
+-- Whether the current transaction has captured writes: the capture triggers
+-- log them under the writer's top-level xid (engine §12.3), which is indexed.
+CREATE FUNCTION {{S}}._has_captured_writes() RETURNS boolean LANGUAGE sql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT pg_current_xact_id_if_assigned() IS NOT NULL
+     AND EXISTS (SELECT 1 FROM {{S}}._change_log WHERE txid = pg_current_xact_id_if_assigned())
+$fn$;
+
+-- The session holding the staging lock, read as the workers' role, which
+-- owns it, so its application_name is visible to every caller.
+CREATE FUNCTION {{S}}._staging_holder(OUT pid int4, OUT application_name text, OUT backend_start timestamptz)
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT l.pid, a.application_name, a.backend_start
+  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND ((l.classid::int8 << 32) | l.objid::int8) = {{STAGING_KEY}}
+  LIMIT 1
+$fn$;
+
+-- Every definition's target, for the dump's all-or-nothing privilege check.
+-- Table names are public in pg_class anyway; no definition text leaves here.
+CREATE FUNCTION {{S}}._definition_targets(OUT id int8, OUT target_table text, OUT target_oid oid)
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT d.id, d.target_table, d.target_oid FROM {{S}}._definitions d ORDER BY d.id
+$fn$;
+
+CREATE FUNCTION {{S}}._catalog_version() RETURNS int4 LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT format_version FROM {{S}}._instance
+$fn$;
+
+-- §7.3 fleet liveness.
+CREATE FUNCTION {{S}}.has_live_staging_worker() RETURNS boolean LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT EXISTS (SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::int8 << 32) | l.objid::int8) = {{STAGING_KEY}})
+$fn$;
+
+CREATE FUNCTION {{S}}.has_live_drain_workers() RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT EXISTS (SELECT 1 FROM {{S}}._workers
+    WHERE kind = 'drain' AND last_seen > now() - {{TTL_MS}} * interval '1 millisecond')
+$fn$;
+
+CREATE VIEW {{S}}.fleet_workers AS
+  SELECT w.worker_id, w.proxy_id, w.kind, w.registered_at, w.last_seen,
+         w.last_seen > now() - {{TTL_MS}} * interval '1 millisecond' AS live
+  FROM {{S}}._workers w;
+
+CREATE VIEW {{S}}.fleet AS
+  WITH h AS (SELECT * FROM {{S}}._staging_holder()),
+       w AS (SELECT count(*) FILTER (WHERE kind = 'drain' AND live)::int4 AS drains FROM {{S}}.fleet_workers)
+  SELECT EXISTS (SELECT 1 FROM h) AS staging_worker_live,
+         (SELECT coalesce(nullif(regexp_replace(h.application_name, '^trellis-worker ', ''), ''), 'pid ' || h.pid) || ':staging'
+            FROM h) AS staging_worker_id,
+         (SELECT h.backend_start FROM h) AS staging_since,
+         w.drains > 0 AS drain_workers_live,
+         w.drains AS live_drain_workers,
+         {{TTL_MS}}::int8 AS reclaim_ttl_ms,
+         EXISTS (SELECT 1 FROM h) AND w.drains > 0 AS healthy
+  FROM w;
+
+-- §5.1 / §5.2.
+CREATE VIEW {{S}}.status WITH (security_barrier = true) AS
+WITH RECURSIVE
+defs AS (
+  SELECT d.id, d.target_oid, d.target_table, d.source_table, d.kind, d.status AS stored, d.status_detail,
+         d.build_id, d.build_kind, d.build_started_at, d.build_rows_done, d.build_rows_estimated,
+         coalesce(c.relname::text, d.compiled #>> '{spec,target,name}', d.target_table) AS bare,
+         coalesce(pg_get_userbyid(c.relowner), pg_get_userbyid(d.owner_role))::text AS owner_name
+  FROM {{S}}._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid),
+up AS (   -- direct reads of another definition's target (chains, D15)
+  SELECT DISTINCT r.definition_id AS id, u.id AS up_id
+  FROM {{S}}._definition_reads r JOIN {{S}}._definitions u ON u.target_oid = r.table_oid
+  WHERE u.id <> r.definition_id),
+anc(id, via, anc_id, depth) AS (
+  SELECT id, up_id, up_id, 1 FROM up
+  UNION ALL
+  SELECT a.id, a.via, up.up_id, a.depth + 1 FROM anc a JOIN up ON up.id = a.anc_id WHERE a.depth < 64),
+held AS (  -- the first direct upstream that is not live itself or through its own upstreams
+  SELECT DISTINCT ON (a.id) a.id, v.bare AS held_back_by
+  FROM anc a JOIN defs s ON s.id = a.anc_id AND s.stored <> 'live' JOIN defs v ON v.id = a.via
+  ORDER BY a.id, a.via),
+bt AS (
+  SELECT t.build_id,
+         count(*) FILTER (WHERE t.kind = 'chunk')::int4 AS chunks_total,
+         count(*) FILTER (WHERE t.kind = 'chunk' AND t.state = 'done')::int4 AS chunks_done,
+         coalesce(bool_or(t.kind = 'plan' AND t.state <> 'done'), false) AS planning,
+         coalesce(sum(t.rows_done) FILTER (WHERE t.state = 'done'), 0)::int8 AS rows_done
+  FROM {{S}}._build_tasks t GROUP BY t.build_id),
+bf AS (    -- the most-retried failing task of each build
+  SELECT DISTINCT ON (t.build_id) t.build_id, t.attempts, t.last_error,
+         to_jsonb(t) ->> 'last_sqlstate' AS sqlstate, t.next_attempt_at
+  FROM {{S}}._build_tasks t WHERE t.state <> 'done' AND t.last_error IS NOT NULL
+  ORDER BY t.build_id, t.attempts DESC, t.id),
+df AS (    -- the oldest failing drain page of the instance
+  SELECT b.batch_seq, b.attempts, b.last_error, b.last_sqlstate, ba.snap
+  FROM {{S}}._batch_buckets b JOIN {{S}}._batches ba ON ba.seq = b.batch_seq
+  WHERE b.last_error IS NOT NULL AND b.state <> 'done' AND ba.state <> 'drained'
+  ORDER BY b.batch_seq, b.bucket LIMIT 1),
+df_tables AS (  -- tables with changes in that batch (read only while a page fails)
+  SELECT coalesce(array_agg(DISTINCT c.src_table ORDER BY c.src_table), '{}') AS tables
+  FROM df, {{S}}._change_log c
+  WHERE pg_visible_in_snapshot(c.txid, df.snap)
+    AND NOT pg_visible_in_snapshot(c.txid, (SELECT b.snap FROM {{S}}._batches b
+      WHERE b.state = 'drained' AND b.seq < df.batch_seq ORDER BY b.seq DESC LIMIT 1))),
+pk AS (
+  SELECT p.definition_id AS id, count(*)::int8 AS held_count, min(p.poisoned_at) AS oldest
+  FROM {{S}}._poison p GROUP BY p.definition_id),
+fl AS (SELECT {{S}}.has_live_staging_worker() AS staging, {{S}}.has_live_drain_workers() AS drain),
+x AS (
+  SELECT d.*, h.held_back_by,
+    CASE WHEN d.stored = 'live' AND h.held_back_by IS NOT NULL THEN 'catching_up' ELSE d.stored END AS reported,
+    CASE WHEN d.stored = 'backfilling' THEN coalesce(bt.rows_done, d.build_rows_done, 0) END AS done,
+    CASE WHEN d.stored = 'backfilling' THEN d.build_rows_estimated END AS est,
+    CASE WHEN d.stored = 'backfilling' THEN d.build_started_at END AS started,
+    bt.chunks_total, bt.chunks_done, bt.planning,
+    CASE WHEN d.stored = 'backfilling' AND bf.build_id IS NOT NULL THEN jsonb_build_object(
+        'source_table', d.source_table, 'attempts', bf.attempts, 'last_error', bf.last_error,
+        'sqlstate', bf.sqlstate, 'next_attempt_at', {{S}}._jsontime(bf.next_attempt_at))
+      ELSE d.status_detail -> 'backfill_failure' END AS backfill_failure,
+    coalesce(d.status_detail -> 'capture_failure',
+      CASE WHEN d.status_detail ? 'halt' THEN jsonb_build_object('kind', 'halt') || (d.status_detail -> 'halt') END)
+      AS capture_failure,
+    d.status_detail -> 'capture_wait' AS capture_wait,
+    CASE WHEN d.stored NOT IN ('paused', 'quarantined') AND df.batch_seq IS NOT NULL
+              AND (SELECT t.tables FROM df_tables t) && ARRAY(SELECT r.table_name FROM {{S}}._definition_reads r WHERE r.definition_id = d.id)
+      THEN jsonb_build_object('batch_seq', df.batch_seq, 'tables', to_jsonb((SELECT t.tables FROM df_tables t)),
+        'error', df.last_error, 'sqlstate', df.last_sqlstate, 'since', NULL, 'last_seen', NULL, 'attempts', df.attempts)
+      ELSE d.status_detail -> 'drain_failure' END AS drain_failure,
+    pk.held_count, pk.oldest,
+    fl.staging, fl.drain
+  FROM defs d
+  LEFT JOIN held h ON h.id = d.id
+  LEFT JOIN bt ON bt.build_id = d.build_id AND d.stored = 'backfilling'
+  LEFT JOIN bf ON bf.build_id = d.build_id
+  LEFT JOIN pk ON pk.id = d.id
+  LEFT JOIN df ON true
+  CROSS JOIN fl)
+SELECT
+  x.bare AS target,
+  x.reported AS status,
+  (CASE
+     WHEN x.capture_failure IS NOT NULL THEN
+       CASE WHEN x.capture_failure ->> 'kind' = 'halt' THEN 'halted: ' ELSE '' END || coalesce(x.capture_failure ->> 'error', 'capture failed')
+     WHEN x.backfill_failure IS NOT NULL THEN 'build failing: ' || coalesce(x.backfill_failure ->> 'last_error', 'unknown error')
+     WHEN x.drain_failure IS NOT NULL THEN 'drain held back: ' || coalesce(x.drain_failure ->> 'error', 'unknown error')
+     WHEN x.capture_wait IS NOT NULL THEN coalesce(x.capture_wait ->> 'summary',
+       format('waiting for %s on %s', x.capture_wait ->> 'lock_mode', x.capture_wait ->> 'table_name'))
+     WHEN x.held_count > 0 THEN x.held_count || ' source keys quarantined'
+     WHEN x.reported <> 'live' AND NOT x.staging THEN 'no live staging worker'
+     WHEN x.reported <> 'live' AND NOT x.drain THEN 'no live drain worker'
+   END)::text AS problem,
+  (CASE WHEN x.est > 0 THEN least(round(100.0 * x.done / x.est, 1), 99.9) END)::numeric(4,1) AS build_percent,
+  x.done::int8 AS build_rows_done,
+  x.est::int8 AS build_rows_estimated,
+  x.started::timestamptz AS build_started_at,
+  (CASE WHEN x.reported IN ('catching_up', 'waiting_to_backfill') THEN x.held_back_by END)::text AS held_back_by,
+  '{}'::text[] AS paused_columns,
+  x.target_table::text AS target_table,
+  x.source_table::text AS source_table,
+  x.id::int8 AS definition_id,
+  x.kind::text AS kind,
+  x.owner_name::text AS owner,
+  (CASE WHEN x.stored = 'backfilling' THEN jsonb_build_object(
+     'build_kind', x.build_kind,
+     'phase', CASE WHEN coalesce(x.planning, true) THEN 'planning' ELSE 'building' END,
+     'started_at', {{S}}._jsontime(x.started), 'rows_done', x.done, 'rows_estimated', x.est,
+     'percent', CASE WHEN x.est > 0 THEN least(round(100.0 * x.done / x.est, 1), 99.9) END,
+     'chunks_done', x.chunks_done,
+     'chunks_total', CASE WHEN coalesce(x.planning, true) THEN NULL ELSE x.chunks_total END,
+     'last_progress_at', NULL) END)::jsonb AS build,
+  x.backfill_failure::jsonb AS backfill_failure,
+  x.capture_wait::jsonb AS capture_wait,
+  x.capture_failure::jsonb AS capture_failure,
+  (CASE WHEN x.held_count > 0 THEN jsonb_build_object('held_count', x.held_count,
+     'oldest_poisoned_at', {{S}}._jsontime(x.oldest)) END)::jsonb AS held_keys,
+  x.drain_failure::jsonb AS drain_failure,
+  '[]'::jsonb AS unindexed_joins
+FROM x
+WHERE has_table_privilege(x.target_oid, 'SELECT') OR pg_has_role('pg_monitor', 'USAGE');
+
+-- §5.4.
+CREATE VIEW {{S}}.definitions WITH (security_barrier = true) AS
+  SELECT s.definition_id AS id, s.target, s.target_table, s.source_table, s.kind, s.owner, s.status,
+         d.version::int8 AS version, d.created_at::timestamptz AS created_at,
+         ARRAY(SELECT r.table_name::text FROM {{S}}._definition_reads r WHERE r.definition_id = d.id
+               ORDER BY r.role <> 'source', r.table_name) AS reads,
+         s.backfill_failure,
+         coalesce(s.capture_failure ->> 'kind' = 'halt', false) AS halted,
+         (CASE WHEN s.capture_failure ->> 'kind' = 'halt' THEN s.capture_failure END)::jsonb AS halt,
+         d.definition_sql::text AS definition_text
+  FROM {{S}}.status s JOIN {{S}}._definitions d ON d.id = s.definition_id;
+
+-- §5.5: relationships are not stored yet; the view has its final shape.
+CREATE VIEW {{S}}.relationships AS
+  SELECT NULL::int8 AS id, NULL::text AS address, NULL::text AS name, NULL::text AS from_schema,
+         NULL::text AS from_table, NULL::text AS from_col, NULL::text AS to_schema, NULL::text AS to_table,
+         NULL::text AS to_col, NULL::text AS cardinality, NULL::text AS owner, NULL::text[] AS warnings,
+         NULL::timestamptz AS created_at
+  WHERE false;
+
+-- §6.2: quarantined transforms (paused columns have no mechanism yet).
+CREATE VIEW {{S}}.quarantined AS
+  SELECT s.target, s.target AS transform, NULL::text AS column_name, s.status AS state,
+         NULL::timestamptz AS paused_at, NULL::text AS last_error, '{}'::text[] AS cascaded_from,
+         coalesce((s.held_keys ->> 'held_count')::int8, 0) AS held_keys
+  FROM {{S}}.status s WHERE s.status = 'quarantined'
+  ORDER BY s.target;
+
+CREATE FUNCTION {{S}}.quarantine_status(target text) RETURNS SETOF {{S}}.quarantined
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  t text := split_part(quarantine_status.target, '.', 1);
+  c text := nullif(substr(quarantine_status.target, length(split_part(quarantine_status.target, '.', 1)) + 2), '');
+  s record;
+BEGIN
+  SELECT st.status, st.held_keys INTO s FROM {{S}}.status st WHERE st.target = t;
+  IF NOT FOUND THEN
+    IF EXISTS (SELECT 1 FROM {{S}}._definition_targets() d
+               WHERE d.target_table IN (SELECT format('%I.%I', n.nspname, k.relname)
+                                        FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace
+                                        WHERE k.relname = t)) THEN
+      RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('permission denied for transform %s', t),
+        DETAIL = 'trellis: permission/MissingPrivilege';
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '42704', MESSAGE = format('transform %s does not exist', t),
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  IF c IS NULL THEN
+    RETURN QUERY SELECT t, t, NULL::text, s.status::text, NULL::timestamptz, NULL::text, '{}'::text[],
+      coalesce((s.held_keys ->> 'held_count')::int8, 0);
+  ELSE
+    RETURN QUERY SELECT quarantine_status.target, t, c, 'live'::text, NULL::timestamptz, NULL::text,
+      '{}'::text[], NULL::int8;
+  END IF;
+END
+$fn$;
+
+-- §6.4: held keys, visible with SELECT on the target and the key's table.
+CREATE VIEW {{S}}.poisoned WITH (security_barrier = true) AS
+  SELECT p.definition_id::int8 AS definition_id,
+         coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') AS transform,
+         p.src_table::text AS src_table, p.key::text AS key, p.error::text AS last_error,
+         p.sqlstate::text AS sqlstate, p.poisoned_at::timestamptz AS poisoned_at
+  FROM {{S}}._poison p JOIN {{S}}._definitions d ON d.id = p.definition_id
+  LEFT JOIN pg_class c ON c.oid = d.target_oid
+  WHERE has_table_privilege(d.target_oid, 'SELECT')
+    AND coalesce(has_table_privilege(to_regclass(p.src_table), 'SELECT'), false);
+
+CREATE FUNCTION {{S}}.poisoned_since(since timestamptz) RETURNS SETOF {{S}}.poisoned
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT * FROM {{S}}.poisoned p WHERE p.poisoned_at > since ORDER BY p.poisoned_at, p.definition_id
+$fn$;
+
+-- §8.1.
+CREATE FUNCTION {{S}}.watermark_token() RETURNS text LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF {{S}}._has_captured_writes() THEN
+    RAISE EXCEPTION USING ERRCODE = '25001',
+      MESSAGE = 'a watermark token cannot be taken in a transaction that has written to captured tables',
+      DETAIL = 'trellis: transaction/RefusedInTransaction', HINT = 'take the token after COMMIT';
+  END IF;
+  RETURN pg_current_wal_insert_lsn()::text;
+END
+$fn$;
+
+CREATE FUNCTION {{S}}.converged(token text) RETURNS boolean LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  -- Only Postgres's own canonical LSN spelling is accepted back (§1.4).
+  IF token IS NULL OR token !~ '^[0-9A-F]{1,8}/[0-9A-F]{1,8}$' OR token::pg_lsn::text <> token THEN
+    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('malformed watermark token %L', token),
+      DETAIL = 'trellis: validation/BadToken', HINT = 'pass back exactly what watermark_token() returned, e.g. 16/B374D848';
+  END IF;
+  IF {{S}}._has_captured_writes() THEN
+    RAISE EXCEPTION USING ERRCODE = '25001',
+      MESSAGE = 'convergence cannot be checked in a transaction that has written to captured tables',
+      DETAIL = 'trellis: transaction/RefusedInTransaction', HINT = 'check after COMMIT';
+  END IF;
+  RETURN {{S}}._converged(token::pg_lsn);
+END
+$fn$;
+
+-- §10.1. SECURITY INVOKER: it reads definitions through the filtered view and
+-- checks the caller's SELECT on every target itself.
+CREATE FUNCTION {{S}}.dump_definitions_sql(with_pauses boolean DEFAULT true) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  denied text;
+  out text;
+  r record;
+  lvl int := -1;
+BEGIN
+  SELECT t.target_table INTO denied FROM {{S}}._definition_targets() t
+  WHERE NOT coalesce(has_table_privilege(t.target_oid, 'SELECT'), false) ORDER BY t.id LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('permission denied for table %s', denied),
+      DETAIL = 'a dump needs SELECT on every target; a partial dump would be silently wrong' || chr(10) ||
+               'trellis: permission/MissingPrivilege',
+      HINT = format('GRANT SELECT ON %s TO %I;', denied, current_user);
+  END IF;
+  out := format('-- trellis definitions of instance %s/%s, catalog version %s, %s',
+                current_database(), {{SN}}, {{S}}._catalog_version(),
+                to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00') || chr(10) || 'BEGIN;' || chr(10);
+  FOR r IN
+    WITH RECURSIVE defs AS (SELECT * FROM {{S}}.definitions),
+    edges AS (SELECT d.id, u.id AS up FROM defs d JOIN defs u ON u.target_table = ANY (d.reads) AND u.id <> d.id),
+    lv(id, level) AS (
+      SELECT id, 0 FROM defs
+      UNION ALL
+      SELECT e.id, lv.level + 1 FROM edges e JOIN lv ON lv.id = e.up WHERE lv.level < 64)
+    SELECT d.id, d.definition_text, max(lv.level) AS level
+    FROM defs d JOIN lv ON lv.id = d.id GROUP BY d.id, d.definition_text ORDER BY 3, 1
+  LOOP
+    IF r.level <> lvl THEN
+      lvl := r.level;
+      out := out || format('-- level %s', lvl) || chr(10);
+    END IF;
+    out := out || rtrim(r.definition_text, E'; \n\t') || ';' || chr(10);
+  END LOOP;
+  IF with_pauses THEN
+    -- Operator pauses only: a capture failure or halt is not the operator's.
+    FOR r IN SELECT d.target FROM {{S}}.definitions d
+             WHERE d.status = 'paused' AND NOT d.halted
+               AND NOT EXISTS (SELECT 1 FROM {{S}}.status s WHERE s.definition_id = d.id AND s.capture_failure IS NOT NULL)
+             ORDER BY d.id
+    LOOP
+      out := out || format('PAUSE TRANSFORM %s;', quote_ident(r.target)) || chr(10);
+    END LOOP;
+  END IF;
+  RETURN out || 'COMMIT;' || chr(10);
+END
+$fn$;
+
+-- §11 proxy-only stubs: same signatures and columns, direct callers get 0A000.
+CREATE VIEW {{S}}.config AS
+  SELECT NULL::text AS schema, NULL::text AS target_schema, NULL::text AS database, NULL::text AS upstream,
+         NULL::text AS listen, NULL::text AS http_listen, NULL::text AS staging, NULL::boolean AS staging_held,
+         NULL::int4 AS drain_workers, NULL::int4 AS pool_max_size, NULL::int8 AS pool_wait_timeout_ms,
+         NULL::int8 AS call_budget_ms, NULL::int8 AS lock_timeout_ms, NULL::boolean AS embedded,
+         NULL::text AS data_dir, NULL::text AS proxy_id, NULL::text AS proxy_version,
+         NULL::int4 AS catalog_version, NULL::timestamptz AS started_at
+  WHERE {{S}}._proxy_only('config');
+
+CREATE VIEW {{S}}.proxy_workers AS
+  SELECT NULL::text AS worker_id, NULL::text AS kind, NULL::text AS state, NULL::timestamptz AS since,
+         NULL::text AS detail
+  WHERE {{S}}._proxy_only('proxy_workers');
+
+CREATE FUNCTION {{S}}.await_converged(token text, timeout_ms int8) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('await_converged'); END $fn$;
+CREATE FUNCTION {{S}}.try_await_converged(token text, timeout_ms int8) RETURNS boolean LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('try_await_converged'); RETURN NULL; END $fn$;
+CREATE FUNCTION {{S}}.await_live(target text, timeout_ms int8) RETURNS text LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('await_live'); RETURN NULL; END $fn$;
+CREATE FUNCTION {{S}}.apply(statement text) RETURNS SETOF {{S}}.applied LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('apply'); RETURN; END $fn$;
+CREATE FUNCTION {{S}}.define(statement text) RETURNS SETOF {{S}}.applied LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('define'); RETURN; END $fn$;
+CREATE FUNCTION {{S}}.metrics_text() RETURNS text LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('metrics_text'); RETURN NULL; END $fn$;
+CREATE FUNCTION {{S}}.migrate() RETURNS text LANGUAGE plpgsql AS $fn$
+BEGIN PERFORM {{S}}._proxy_only('migrate'); RETURN NULL; END $fn$;
+`
+
+// grantSQL runs at every Install, after the objects exist: storage and
+// internal relations are closed to PUBLIC, the API opened (§2.5). It also
+// covers storage tables a newer engine migration added.
+const grantSQL = `
+GRANT USAGE ON SCHEMA {{S}} TO PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA {{S}} FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA {{S}} FROM PUBLIC;
+GRANT SELECT ON {{S}}.status, {{S}}.definitions, {{S}}.relationships, {{S}}.quarantined, {{S}}.poisoned,
+  {{S}}.fleet, {{S}}.fleet_workers, {{S}}.config, {{S}}.proxy_workers TO PUBLIC;
+GRANT USAGE ON TYPE {{S}}.applied TO PUBLIC;
+`
