@@ -124,7 +124,7 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 
 // internalHelpers are the underscore-named functions the surface script
 // creates (storage-side names, D16) and must drop on reinstall.
-var internalHelpers = []string{"_jsontime", "_fail", "_proxy_only", "_has_captured_writes", "_staging_holder",
+var internalHelpers = []string{"_jsontime", "_fail", "_proxy_only", "_proxy_only_rows", "_has_captured_writes", "_staging_holder",
 	"_definition_targets", "_catalog_version"}
 
 // dropSurface removes every API object (the plain names of the schema are

@@ -61,6 +61,13 @@ BEGIN
 END
 $fn$;
 
+CREATE FUNCTION {{S}}._proxy_only_rows(object text) RETURNS SETOF record LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM {{S}}._proxy_only(object);
+END
+$fn$;
+
 -- Whether the current transaction has captured writes: the capture triggers
 -- log them under the writer's top-level xid (engine §12.3), which is indexed.
 CREATE FUNCTION {{S}}._has_captured_writes() RETURNS boolean LANGUAGE sql VOLATILE
@@ -117,7 +124,7 @@ CREATE VIEW {{S}}.fleet AS
   WITH h AS (SELECT * FROM {{S}}._staging_holder()),
        w AS (SELECT count(*) FILTER (WHERE kind = 'drain' AND live)::int4 AS drains FROM {{S}}.fleet_workers)
   SELECT EXISTS (SELECT 1 FROM h) AS staging_worker_live,
-         (SELECT coalesce(nullif(regexp_replace(h.application_name, '^trellis-worker ', ''), ''), 'pid ' || h.pid) || ':staging'
+         (SELECT coalesce(nullif(regexp_replace(h.application_name, '^trellis-(worker|staging) ', ''), ''), 'pid ' || h.pid) || ':staging'
             FROM h) AS staging_worker_id,
          (SELECT h.backend_start FROM h) AS staging_since,
          w.drains > 0 AS drain_workers_live,
@@ -401,19 +408,17 @@ END
 $fn$;
 
 -- §11 proxy-only stubs: same signatures and columns, direct callers get 0A000.
+-- The relations read a set-returning function: its output columns are not
+-- constants, so no outer WHERE can be folded away without calling it.
 CREATE VIEW {{S}}.config AS
-  SELECT NULL::text AS schema, NULL::text AS target_schema, NULL::text AS database, NULL::text AS upstream,
-         NULL::text AS listen, NULL::text AS http_listen, NULL::text AS staging, NULL::boolean AS staging_held,
-         NULL::int4 AS drain_workers, NULL::int4 AS pool_max_size, NULL::int8 AS pool_wait_timeout_ms,
-         NULL::int8 AS call_budget_ms, NULL::int8 AS lock_timeout_ms, NULL::boolean AS embedded,
-         NULL::text AS data_dir, NULL::text AS proxy_id, NULL::text AS proxy_version,
-         NULL::int4 AS catalog_version, NULL::timestamptz AS started_at
-  WHERE {{S}}._proxy_only('config');
+  SELECT * FROM {{S}}._proxy_only_rows('config') AS t(schema text, target_schema text, database text,
+    upstream text, listen text, http_listen text, staging text, staging_held boolean, drain_workers int4,
+    pool_max_size int4, pool_wait_timeout_ms int8, call_budget_ms int8, lock_timeout_ms int8, embedded boolean,
+    data_dir text, proxy_id text, proxy_version text, catalog_version int4, started_at timestamptz);
 
 CREATE VIEW {{S}}.proxy_workers AS
-  SELECT NULL::text AS worker_id, NULL::text AS kind, NULL::text AS state, NULL::timestamptz AS since,
-         NULL::text AS detail
-  WHERE {{S}}._proxy_only('proxy_workers');
+  SELECT * FROM {{S}}._proxy_only_rows('proxy_workers') AS t(worker_id text, kind text, state text,
+    since timestamptz, detail text);
 
 CREATE FUNCTION {{S}}.await_converged(token text, timeout_ms int8) RETURNS void LANGUAGE plpgsql AS $fn$
 BEGIN PERFORM {{S}}._proxy_only('await_converged'); END $fn$;
