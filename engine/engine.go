@@ -213,8 +213,18 @@ func (e *Engine) drainedCh() <-chan struct{} {
 // staging candidate and the drain workers. It returns nil on cancellation.
 func (e *Engine) Run(ctx context.Context) error {
 	var role string
-	if err := e.workers.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.tbl("_instance"))).Scan(&role); err != nil {
-		return fmt.Errorf("engine: reading the instance marker (run Migrate first): %w", err)
+	for {
+		err := e.workers.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.tbl("_instance"))).Scan(&role)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if codeOf(err) == pgerr.UndefinedTable || !transient(err) {
+			return fmt.Errorf("engine: reading the instance marker (run Migrate first): %w", err)
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
 	}
 	e.workerRole = role
 	g, gctx := errgroup.WithContext(ctx)
