@@ -63,8 +63,8 @@ func Install(ctx context.Context, db Beginner, schema string) error {
 // workers' role, which then owns them). It is idempotent and safe from
 // several processes at once: an unchanged surface is left alone (recreating
 // views would take exclusive locks behind every running reader), a changed
-// one is dropped and recreated in one transaction. Privileges (§2.5) are
-// re-applied every time.
+// one is dropped and recreated in one transaction and opened to PUBLIC.
+// Storage relations are closed to PUBLIC every time (§2.5).
 func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 	opts.defaults()
 	script := render(surfaceSQL, opts)
@@ -110,14 +110,27 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 		if _, err := tx.Exec(ctx, script); err != nil {
 			return fmt.Errorf("installing the SQL surface in %q: %w", opts.Schema, err)
 		}
+		if _, err := tx.Exec(ctx, render(grantSQL, opts)); err != nil {
+			return fmt.Errorf("granting the SQL surface in %q: %w", opts.Schema, err)
+		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s._surface (version, script_hash) VALUES ($1, $2)
 			ON CONFLICT (singleton) DO UPDATE SET version = excluded.version, script_hash = excluded.script_hash,
 			installed_at = now()`, s), surfaceVersion, hash); err != nil {
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, render(grantSQL, opts)); err != nil {
-		return fmt.Errorf("granting the SQL surface in %q: %w", opts.Schema, err)
+	rows, err := tx.Query(ctx, storageGrantsSQL, opts.Schema)
+	if err != nil {
+		return err
+	}
+	revokes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, r := range revokes {
+		if _, err := tx.Exec(ctx, r); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }

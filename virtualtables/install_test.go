@@ -76,6 +76,21 @@ func TestInstallIdempotentConcurrentAndNamesDisjoint(t *testing.T) {
 	if before[0] != after[0] {
 		t.Fatalf("reinstall of an unchanged surface recreated trellis.status")
 	}
+	// Every start closes storage opened to PUBLIC, and keeps a DBA's revoke
+	// of an API grant (§2.2: grants may be moved to chosen roles).
+	exec(t, pool, "GRANT INSERT ON trellis._definitions TO PUBLIC")
+	exec(t, pool, "GRANT USAGE ON SEQUENCE trellis._change_seq TO PUBLIC")
+	exec(t, pool, "REVOKE SELECT ON trellis.fleet FROM PUBLIC")
+	if err := Install(ctx, pool, "trellis"); err != nil {
+		t.Fatal(err)
+	}
+	open := queryStrings(t, pool, `SELECT c.relname::text FROM pg_class c, aclexplode(c.relacl) a
+		WHERE c.relnamespace = 'trellis'::regnamespace AND a.grantee = 0 ORDER BY 1`)
+	if !slices.Equal(open, []string{"config", "definitions", "fleet_workers", "poisoned", "proxy_workers",
+		"quarantined", "relationships", "status"}) {
+		t.Fatalf("relations open to PUBLIC after install: %v", open)
+	}
+
 	// A changed script (here: a different TTL) is reinstalled in place.
 	if err := InstallOptions(ctx, pool, Options{Schema: "trellis", WorkerTTL: 7000000}); err != nil {
 		t.Fatal(err)

@@ -436,14 +436,23 @@ CREATE FUNCTION {{S}}.migrate() RETURNS text LANGUAGE plpgsql AS $fn$
 BEGIN PERFORM {{S}}._proxy_only('migrate'); RETURN NULL; END $fn$;
 `
 
-// grantSQL runs at every Install, after the objects exist: storage and
-// internal relations are closed to PUBLIC, the API opened (§2.5). It also
-// covers storage tables a newer engine migration added.
+// grantSQL opens the API to PUBLIC (§2.5). It runs only when the surface
+// is (re)created, so a DBA who revoked these grants from PUBLIC and granted
+// them to chosen roles keeps that choice across restarts.
 const grantSQL = `
 GRANT USAGE ON SCHEMA {{S}} TO PUBLIC;
-REVOKE ALL ON ALL TABLES IN SCHEMA {{S}} FROM PUBLIC;
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA {{S}} FROM PUBLIC;
 GRANT SELECT ON {{S}}.status, {{S}}.definitions, {{S}}.relationships, {{S}}.quarantined, {{S}}.poisoned,
   {{S}}.fleet, {{S}}.fleet_workers, {{S}}.config, {{S}}.proxy_workers TO PUBLIC;
 GRANT USAGE ON TYPE {{S}}.applied TO PUBLIC;
+`
+
+// storageGrantsSQL lists the REVOKEs that close storage relations (leading
+// underscore) to PUBLIC; it runs at every Install, so a storage table a
+// newer engine migration added is covered too, and is empty (no catalog
+// writes) when nothing is open.
+const storageGrantsSQL = `
+SELECT DISTINCT format('REVOKE ALL ON %s %I.%I FROM PUBLIC',
+                       CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, n.nspname, c.relname)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, aclexplode(c.relacl) a
+WHERE n.nspname = $1 AND left(c.relname, 1) = '_' AND a.grantee = 0
 `
