@@ -285,7 +285,8 @@ func (p *parser) selectList(start, end int, transform, oneToOne bool) ([]Field, 
 				case tRParen, tRBrack:
 					d--
 				case tIdent:
-					if d == 0 && p.toks[i].val == "as" {
+					// "x.as" is a column named as, not an alias.
+					if d == 0 && p.toks[i].val == "as" && !(i > it.a && p.toks[i-1].kind == tDot) {
 						asAt = i
 					}
 				}
@@ -297,7 +298,8 @@ func (p *parser) selectList(start, end int, transform, oneToOne bool) ([]Field, 
 				}
 				return nil, p.unexpected(p.toks[it.b], "AS and a field name after the formula")
 			}
-		} else if rt.Name == "" {
+		}
+		if rt.Name == "" {
 			return nil, newErr(UnexpectedToken, p.pm.at(int(rt.Location)), "syntax error: expected AS and a field name after the formula")
 		}
 		f := Field{Name: rt.Name, Pos: p.pm.at(int(rt.Location))}

@@ -253,7 +253,10 @@ func TestGoldenOverview(t *testing.T) { runGolden(t, "overview", overviewCatalog
 
 // checkRoundTrip asserts Parse(Canonical(st)) equals st (positions aside)
 // and that Canonical is a fixed point.
-func checkRoundTrip(t testing.TB, input string, st Statement) {
+func checkRoundTrip(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, input string, st Statement) {
 	t.Helper()
 	c1 := Canonical(st)
 	st2, err := Parse(c1)
