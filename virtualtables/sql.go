@@ -140,7 +140,10 @@ defs AS (
   SELECT d.id, d.target_oid, d.target_table, d.source_table, d.kind, d.status AS stored, d.status_detail,
          d.build_id, d.build_kind, d.build_started_at, d.build_rows_done, d.build_rows_estimated,
          coalesce(c.relname::text, d.compiled #>> '{spec,target,name}', d.target_table) AS bare,
-         coalesce(pg_get_userbyid(c.relowner), pg_get_userbyid(d.owner_role))::text AS owner_name
+         coalesce(pg_get_userbyid(c.relowner), pg_get_userbyid(d.owner_role))::text AS owner_name,
+         -- Only the defining session can see a row of an open transaction;
+         -- a define inside a savepoint has a subtransaction xmin and is missed.
+         coalesce(d.xmin = pg_current_xact_id_if_assigned()::xid, false) AS mine
   FROM {{S}}._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid),
 up AS (   -- direct reads of another definition's target (chains, D15)
   SELECT DISTINCT r.definition_id AS id, u.id AS up_id
@@ -220,6 +223,7 @@ SELECT
      WHEN x.drain_failure IS NOT NULL THEN 'drain held back: ' || coalesce(x.drain_failure ->> 'error', 'unknown error')
      WHEN x.capture_wait IS NOT NULL THEN coalesce(x.capture_wait ->> 'summary',
        format('waiting for %s on %s', x.capture_wait ->> 'lock_mode', x.capture_wait ->> 'table_name'))
+     WHEN x.stored = 'waiting_to_backfill' AND x.mine THEN 'defined in this open transaction; building starts at COMMIT'
      WHEN x.held_count > 0 THEN x.held_count || ' source keys quarantined'
      WHEN x.reported <> 'live' AND NOT x.staging THEN 'no live staging worker'
      WHEN x.reported <> 'live' AND NOT x.drain THEN 'no live drain worker'

@@ -268,6 +268,31 @@ func TestStatusLifecycle(t *testing.T) {
 	t.Logf("report:\n%s", report)
 }
 
+func TestStatusInsideTheDefiningTransaction(t *testing.T) {
+	_, pool := testDB(t)
+	exec(t, pool, `CREATE TABLE orders (id bigint PRIMARY KEY, price numeric, tax numeric)`)
+	e, run := newEngine(t, pool, fastConfig("trellis"))
+	run()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	define(t, e, tx, totalsSpec("order_totals", "orders"))
+	s := readStatus(t, tx, "trellis", "order_totals")
+	if s.Status != "waiting_to_backfill" || deref(s.Problem) != "defined in this open transaction; building starts at COMMIT" {
+		t.Fatalf("inside the block: %+v problem=%v", s, deref(s.Problem))
+	}
+	if n := queryStrings(t, pool, "SELECT count(*)::text FROM trellis.status"); n[0] != "0" {
+		t.Fatal("another session sees an uncommitted definition")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, pool, "trellis", "order_totals", "live")
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return "<nil>"
