@@ -92,18 +92,25 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 	s := ident(opts.Schema)
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s._surface (
 		singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-		version int NOT NULL, script_hash text NOT NULL, installed_at timestamptz NOT NULL DEFAULT now())`, s)); err != nil {
+		version int NOT NULL, script_hash text NOT NULL, objects text NOT NULL,
+		installed_at timestamptz NOT NULL DEFAULT now())`, s)); err != nil {
 		return err
 	}
 	var version int
-	var installed string
-	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT version, script_hash FROM %s._surface", s)).Scan(&version, &installed)
+	var installed, objects string
+	err = tx.QueryRow(ctx, fmt.Sprintf("SELECT version, script_hash, objects FROM %s._surface", s)).Scan(&version, &installed, &objects)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return err
 	}
-	if version < surfaceVersion || (version == surfaceVersion && installed != hash) {
+	present, err := surfaceObjects(ctx, tx, opts.Schema)
+	if err != nil {
+		return err
+	}
+	// Also reinstall when objects went missing: an engine migration that must
+	// alter a column a view reads drops the view first (DROP ... CASCADE).
+	if version < surfaceVersion || (version == surfaceVersion && (installed != hash || objects != present)) {
 		if err := dropSurface(ctx, tx, opts.Schema); err != nil {
 			return err
 		}
@@ -113,9 +120,12 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 		if _, err := tx.Exec(ctx, render(grantSQL, opts)); err != nil {
 			return fmt.Errorf("granting the SQL surface in %q: %w", opts.Schema, err)
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s._surface (version, script_hash) VALUES ($1, $2)
+		if present, err = surfaceObjects(ctx, tx, opts.Schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s._surface (version, script_hash, objects) VALUES ($1, $2, $3)
 			ON CONFLICT (singleton) DO UPDATE SET version = excluded.version, script_hash = excluded.script_hash,
-			installed_at = now()`, s), surfaceVersion, hash); err != nil {
+			objects = excluded.objects, installed_at = now()`, s), surfaceVersion, hash, present); err != nil {
 			return err
 		}
 	}
@@ -139,6 +149,26 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 // creates (storage-side names, D16) and must drop on reinstall.
 var internalHelpers = []string{"_jsontime", "_fail", "_proxy_only", "_proxy_only_rows", "_has_captured_writes", "_staging_holder",
 	"_definition_targets", "_catalog_version"}
+
+// surfaceObjects fingerprints the surface objects present in schema: the
+// sorted kinds and names of its plain-named views, functions and types and of
+// the surface's internal helpers.
+func surfaceObjects(ctx context.Context, tx pgx.Tx, schema string) (string, error) {
+	var out string
+	err := tx.QueryRow(ctx, `
+		SELECT coalesce(string_agg(o, ' ' ORDER BY o), '') FROM (
+		  SELECT 'v:' || c.relname AS o FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		  WHERE n.nspname = $1 AND c.relkind = 'v' AND left(c.relname, 1) <> '_'
+		  UNION ALL
+		  SELECT 'f:' || p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		  WHERE n.nspname = $1 AND (left(p.proname, 1) <> '_' OR p.proname = ANY ($2))
+		  UNION ALL
+		  SELECT 't:' || t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+		  JOIN pg_class r ON r.oid = t.typrelid
+		  WHERE n.nspname = $1 AND r.relkind = 'c' AND left(t.typname, 1) <> '_') x`,
+		schema, internalHelpers).Scan(&out)
+	return out, err
+}
 
 // dropSurface removes every API object (the plain names of the schema are
 // the surface's, D16) and the surface's internal helpers, without CASCADE:
