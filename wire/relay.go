@@ -100,7 +100,7 @@ func (s *session) clientToServer() {
 			if e, ok := pgerr.As(err); ok {
 				e.Severity = pgerr.SeverityFatal
 				s.uw.Flush()
-				s.enqueueUnit(&localUnit{fatal: e})
+				s.enqueueFatal(e)
 				return
 			}
 			gone()
@@ -218,7 +218,7 @@ func (s *session) clientToServer() {
 			lm, local, perr := s.classifyExtended(typ, body, stmts, portals)
 			if perr != nil {
 				s.uw.Flush()
-				s.enqueueUnit(&localUnit{fatal: perr})
+				s.enqueueFatal(perr)
 				return
 			}
 			if local {
@@ -245,7 +245,14 @@ func (s *session) clientToServer() {
 			batch.raw = append(batch.raw, hdr[:]...)
 			batch.raw = append(batch.raw, body...)
 		case 'S', 'H':
-			if _, err := s.cr.Discard(n); err != nil {
+			// Their body is empty in a valid stream; keep whatever came, so
+			// upstream judges it exactly as it would directly.
+			if n > batchCap {
+				s.uw.Flush()
+				s.enqueueFatal(fatal(pgerr.ProtocolViolation, "invalid message length %d for message type %s", n, quoteTyp(typ)))
+				return
+			}
+			if body, err = readBody(s.cr, body, n); err != nil {
 				gone()
 				return
 			}
@@ -257,6 +264,7 @@ func (s *session) clientToServer() {
 				syncsSinceExec++
 				s.addDebt(1, batch.refuse)
 				s.uw.Write(hdr[:])
+				s.uw.Write(body)
 				batch.reset()
 			case batch.refuse != nil:
 				if !s.runLocal(&localUnit{err: batch.refuse, z: true}) {
@@ -281,6 +289,7 @@ func (s *session) clientToServer() {
 				}
 				s.uw.Write(batch.raw)
 				s.uw.Write(hdr[:])
+				s.uw.Write(body)
 				if sync {
 					batch.reset()
 				} else {
@@ -430,6 +439,16 @@ func (s *session) enqueueUnit(u *localUnit) {
 	if front {
 		s.wake()
 	}
+}
+
+// enqueueFatal ends the session at the next frame boundary with a FATAL
+// (a client protocol violation): it jumps the queue, because replies still
+// owed by upstream may never come for a stream it could not parse.
+func (s *session) enqueueFatal(e *pgerr.Error) {
+	s.mu.Lock()
+	s.plan = append([]*planEntry{{unit: &localUnit{fatal: e}}}, s.plan...)
+	s.mu.Unlock()
+	s.wake()
 }
 
 func (s *session) addDebt(n int, refuse *pgerr.Error) {
