@@ -18,6 +18,7 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/internal/intercept"
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
+	"github.com/trellis-proxy/trellis-proxy/virtualtables"
 )
 
 var trellisDBSeq atomic.Int64
@@ -49,6 +50,9 @@ func startTrellis(t *testing.T) *trellisHarness {
 		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
 	})
 	if err := e.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := virtualtables.InstallOptions(context.Background(), pool, virtualtables.Options{Schema: "trellis", WorkerTTL: 5 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -283,4 +287,85 @@ func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// A Trellis error inside a client's block aborts the block on the upstream
+// backend too: the next statement gets 25P02 from Postgres itself, and
+// ROLLBACK recovers the session.
+func TestTrellisErrorAbortsClientBlock(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, `INSERT INTO s VALUES (1, 1)`)
+	_, err = tx.Exec(ctx, `TRANSFORM t FROM s SELECT a + no_such_column AS b`)
+	if pe := pgErrOf(t, err); pe.Code != "42703" {
+		t.Fatalf("want 42703, got %s %s", pe.Code, pe.Message)
+	}
+	_, err = tx.Exec(ctx, `SELECT 1`)
+	if pe := pgErrOf(t, err); pe.Code != "25P02" {
+		t.Fatalf("after a Trellis error the block must be aborted upstream; got %s", pe.Code)
+	}
+	_, err = tx.Exec(ctx, `TRANSFORM t FROM s SELECT a AS b`)
+	if pe := pgErrOf(t, err); pe.Code != "25P02" {
+		t.Fatalf("a Trellis statement in an aborted block: got %s", pe.Code)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM s").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rolled-back insert visible: %d %v", n, err)
+	}
+}
+
+// The read surface through the proxy: trellis.status with WHERE and a
+// prepared statement, watermark_token with await_converged, the dump.
+func TestStatusAndDumpThroughProxy(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE orders (id bigint PRIMARY KEY, region text, amount numeric)`)
+	mustExec(t, c, `INSERT INTO orders SELECT g, 'r' || g % 4, g FROM generate_series(1, 50) g`)
+	mustExec(t, c, `TRANSFORM region_totals FROM orders GROUP BY region SELECT SUM(amount) AS total`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var status string
+		err := c.QueryRow(ctx, `SELECT status FROM trellis.status WHERE target = $1`, "region_totals").Scan(&status)
+		if err == nil && status == "live" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %q %v", status, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mustExec(t, c, `INSERT INTO orders VALUES (100, 'r9', 7)`)
+	if _, err := c.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`); err != nil {
+		t.Fatal(err)
+	}
+	var total string
+	if err := c.QueryRow(ctx, `SELECT total::text FROM region_totals WHERE region = 'r9'`).Scan(&total); err != nil || total != "7" {
+		t.Fatalf("read-your-writes: %q %v", total, err)
+	}
+	var dump string
+	if err := c.QueryRow(ctx, `SELECT trellis.dump_definitions_sql()`).Scan(&dump); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.ReplaceAll(dump, `"`, ""), "TRANSFORM public.region_totals FROM public.orders GROUP BY region") {
+		t.Fatalf("dump:\n%s", dump)
+	}
+	// Replaying the dump through the proxy recreates the definition.
+	mustExec(t, c, `DROP TRANSFORM region_totals`)
+	if _, err := c.Exec(ctx, dump, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatalf("replaying the dump: %v\n%s", err, dump)
+	}
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM trellis.status WHERE target = 'region_totals'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("replayed definition: %d %v", n, err)
+	}
 }
