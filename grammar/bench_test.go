@@ -85,3 +85,25 @@ func BenchmarkCanonical(b *testing.B) {
 		_ = Canonical(st)
 	}
 }
+
+func BenchmarkRecognizeEach(b *testing.B) {
+	cases := map[string]string{
+		"select":     pgbenchSQL[2],
+		"update":     pgbenchSQL[1],
+		"insert":     pgbenchSQL[5],
+		"begin":      pgbenchSQL[0],
+		"orm10k":     ormQuery(),
+		"droptable":  "DROP TABLE IF EXISTS t",
+		"pgdroptran": "DROP TRANSFORM IF EXISTS FOR int LANGUAGE plpgsql",
+	}
+	for name, q := range cases {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if Recognize(q) {
+					b.Fatal("recognised")
+				}
+			}
+		})
+	}
+}

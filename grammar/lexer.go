@@ -406,3 +406,21 @@ func leadingTrellis(text string) bool {
 	}
 	return !(t3.kind == tIdent && (t3.val == "if" || t3.val == "for"))
 }
+
+// BackslashInPlainString reports the position of the first plain '…' string
+// literal holding a backslash. The router refuses such a statement with
+// UnsupportedSessionSetting when the session has standard_conforming_strings
+// off (grammar spec §2.2): the proxy and the server would read it
+// differently. Lexing errors end the scan (Parse reports them).
+func BackslashInPlainString(text string) (Pos, bool) {
+	lx := &lexer{text: text, pm: newPosMap(text)}
+	for {
+		t, err := lx.next()
+		if err != nil || t.kind == tEOF {
+			return 0, false
+		}
+		if t.kind == tString && text[t.start] == '\'' && strings.IndexByte(text[t.start:t.end], '\\') >= 0 {
+			return lx.pm.at(t.start), true
+		}
+	}
+}

@@ -124,3 +124,20 @@ func itoa(i int) string {
 	}
 	return string(d)
 }
+
+func TestBackslashInPlainString(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		pos  Pos
+	}{
+		{`TRANSFORM t FROM s SELECT 'a\b' AS x`, 27},
+		{`TRANSFORM t FROM s SELECT E'a\b' AS x`, 0},
+		{`TRANSFORM t FROM s SELECT $$a\b$$ AS x, "a\b" AS y -- 'c\d'`, 0},
+		{`TRANSFORM t FROM s SELECT 'ab' AS x`, 0},
+	} {
+		pos, found := BackslashInPlainString(c.text)
+		if found != (c.pos != 0) || pos != c.pos {
+			t.Errorf("%q: %d %v, want %d", c.text, pos, found, c.pos)
+		}
+	}
+}
