@@ -98,9 +98,16 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 		}
 		return nil, err
 	}
+	// The columns the definition reads, the source key included for a 1-1
+	// target (its rows are keyed by it), as surface §3.2 shows them.
 	cols := map[string]string{}
 	for _, name := range spec.reads() {
 		cols[name] = src.types[name]
+	}
+	if !spec.IsAggregate() {
+		for _, k := range src.Key {
+			cols[k] = src.types[k]
+		}
 	}
 	id, version := d.ID, d.Version
 	notice := fmt.Sprintf("transform %s defined; it is %s and reads %s", d.TargetTable, d.Status, d.SourceTable)

@@ -41,7 +41,7 @@ func TestApplyTransformStatementsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.Kind != "transform_defined" || a.Status != "waiting_to_backfill" || a.TargetTable != "public.order_view" ||
-		a.SourceTable != "public.orders" || a.SourceColumns["amount"] != "numeric(12,2)" || a.CommandTag != "TRANSFORM" {
+		a.SourceTable != "public.orders" || a.SourceColumns["amount"] != "numeric(12,2)" || a.SourceColumns["id"] != "bigint" || a.CommandTag != "TRANSFORM" {
 		t.Fatalf("applied = %+v", a)
 	}
 	if _, err := applyText(t, e, `TRANSFORM region_totals FROM orders GROUP BY region
