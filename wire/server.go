@@ -117,6 +117,9 @@ func NewServer(cfg Config) (*Server, error) {
 		var b [2]byte
 		rand.Read(b[:])
 		id = uint32(binary.BigEndian.Uint16(b[:]))
+		if id&0x7ff == 0 {
+			id = 1 // keep the instance bits non-zero, so minted keys are recognisable
+		}
 	}
 	s.instance = (id & 0x7ff) << 20
 	return s, nil

@@ -269,7 +269,7 @@ func (s *session) run() string {
 	up.SetDeadline(deadline)
 	s.ur = bufio.NewReaderSize(up, 16<<10)
 	s.uw = bufio.NewWriterSize(up, 8<<10)
-	s.cr = bufio.NewReaderSize(s.client, 16<<10)
+	s.cr = bufio.NewReaderSize(s.client, 8<<10)
 	s.cw = bufio.NewWriterSize(s.client, 8<<10)
 	if _, err := s.uw.Write(startup); err != nil || s.uw.Flush() != nil {
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not send startup packet to upstream server"))
