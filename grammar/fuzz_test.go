@@ -43,9 +43,12 @@ func FuzzParse(f *testing.F) {
 func FuzzRecognize(f *testing.F) {
 	seedFuzz(f)
 	f.Fuzz(func(t *testing.T, text string) {
-		_, err := Parse(text)
+		st, err := Parse(text)
 		if got, want := Recognize(text), !errors.Is(err, ErrNotTrellis); got != want {
 			t.Fatalf("Recognize(%q) = %v, Parse says Trellis = %v (%v)", text, got, want, err)
+		}
+		if k, _ := Classify(text); err == nil && k != st.Kind() {
+			t.Fatalf("Classify(%q) = %q, Parse says %q", text, k, st.Kind())
 		}
 	})
 }

@@ -14,40 +14,57 @@ package grammar
 // where _, err := Parse(text). A text Recognize accepts is Trellis even when
 // Parse then refuses it with a syntax error (PAUSE RELATIONSHIP x.y).
 func Recognize(text string) bool {
+	_, ok := Classify(text)
+	return ok
+}
+
+// Classify is Recognize that also names the statement kind from the leading
+// words (for command tags and routing), without parsing.
+func Classify(text string) (Kind, bool) {
 	p := skipSpaceComments(text, 0)
 	if p < 0 || p >= len(text) {
-		return false
+		return "", false
 	}
 	// Cheap first-byte filter: every Trellis statement starts with one of
 	// these letters; SELECT/INSERT/UPDATE/BEGIN… leave here.
 	switch text[p] | 0x20 {
 	case 't', 'r', 'p', 'a', 'd':
 	default:
-		return false
+		return "", false
 	}
 	w, e := word(text, p)
 	switch {
-	case eqFold(w, "transform"), eqFold(w, "relationship"), eqFold(w, "pause"), eqFold(w, "resume"):
-		return true
+	case eqFold(w, "transform"):
+		return KindTransform, true
+	case eqFold(w, "relationship"):
+		return KindRelationship, true
+	case eqFold(w, "pause"):
+		return KindPause, true
+	case eqFold(w, "resume"):
+		return KindResume, true
 	case eqFold(w, "alter"):
 		w2, _ := nextWord(text, e)
-		return eqFold(w2, "transform")
+		if eqFold(w2, "transform") {
+			return KindAlter, true
+		}
 	case eqFold(w, "drop"):
 		w2, e2 := nextWord(text, e)
 		if eqFold(w2, "relationship") {
-			return true
+			return KindDrop, true
 		}
 		if !eqFold(w2, "transform") {
-			return false
+			return "", false
 		}
 		p3 := skipSpaceComments(text, e2)
 		if p3 < 0 || p3 >= len(text) {
-			return true
+			return KindDrop, true
 		}
 		w3, _ := word(text, p3)
-		return !(eqFold(w3, "if") || eqFold(w3, "for"))
+		if !(eqFold(w3, "if") || eqFold(w3, "for")) {
+			return KindDrop, true
+		}
 	}
-	return false
+	return "", false
 }
 
 // skipSpaceComments returns the offset of the first byte at or after p that

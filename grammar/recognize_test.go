@@ -141,3 +141,19 @@ func TestBackslashInPlainString(t *testing.T) {
 		}
 	}
 }
+
+func TestClassify(t *testing.T) {
+	for text, want := range map[string]Kind{
+		"TRANSFORM t FROM s SELECT a AS b": KindTransform, "relationship r": KindRelationship,
+		"PAUSE TRANSFORM t": KindPause, "resume transform t.c": KindResume, "DROP TRANSFORM t": KindDrop,
+		"DROP RELATIONSHIP a.b": KindDrop, "ALTER TRANSFORM t DROP c": KindAlter, "SELECT 1": "",
+	} {
+		k, ok := Classify(text)
+		if k != want || ok != (want != "") {
+			t.Errorf("Classify(%q) = %q %v, want %q", text, k, ok, want)
+		}
+		if st, err := Parse(text); err == nil && st.Kind() != k {
+			t.Errorf("Classify(%q) = %q, Parse says %q", text, k, st.Kind())
+		}
+	}
+}
