@@ -295,3 +295,26 @@ func TestInterceptCancelAndNotify(t *testing.T) {
 		t.Fatalf("notification %v %v", n, err)
 	}
 }
+
+// TestInterceptAfterExtendedCopy: Syncs sent between an extended-protocol
+// COPY and its data owe no ReadyForQuery; a local unit after it must not
+// wait for one.
+func TestInterceptAfterExtendedCopy(t *testing.T) {
+	h := interceptHarness(t)
+	r := dialRaw(t, h.Addr)
+	r.startup()
+	r.sendMsgs(&pgproto3.Query{String: "create temp table xc(x int)"})
+	r.untilZ()
+	r.sendMsgs(&pgproto3.Parse{Query: "copy xc from stdin"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	for f := r.next1(); f.typ != 'G'; f = r.next1() {
+	}
+	r.sendMsgs(&pgproto3.CopyData{Data: []byte("1\n2\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{})
+	if got := types(r.untilZ()); got != "CZ" {
+		t.Fatalf("frames %q", got)
+	}
+	r.sendMsgs(&pgproto3.Query{String: "SELECT 'intercepted'"}, &pgproto3.Query{String: "select count(*) from xc"})
+	frames := r.untilZs(2)
+	if got := types(frames); got != "TDCZTDCZ" {
+		t.Fatalf("frames %q", got)
+	}
+}

@@ -124,6 +124,9 @@ func (s *session) clientToServer() {
 		if s.intercept == nil || typ == 'd' || typ == 'c' || typ == 'f' || typ == 'F' || typ == 'X' || typ == 'p' {
 			// Raw relay. Z-producing frames are counted before they are
 			// written, so their ReadyForQuery never precedes its debt.
+			if s.intercept != nil {
+				s.flushBatch(&batch)
+			}
 			switch typ {
 			case 'Q', 'F':
 				s.addDebt(1, nil)

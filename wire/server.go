@@ -296,10 +296,12 @@ func (s *Server) routeCancel(pid uint32, secret []byte) {
 		return
 	}
 	if sess.cancelLocal() {
+		// The unit's context forwards the cancel upstream only while it waits
+		// on its own query; a stray cancel could hit the client's next one.
 		s.metrics.CancelRouted("local")
-	} else {
-		s.metrics.CancelRouted("upstream")
+		return
 	}
+	s.metrics.CancelRouted("upstream")
 	sess.cancelUpstream()
 }
 
