@@ -414,6 +414,15 @@ func (s *session) forwardStream(hdr [5]byte, n int) error {
 	if _, err := s.uw.Write(hdr[:]); err != nil {
 		return err
 	}
+	if n <= s.cr.Buffered() {
+		// Common case: the whole body is already buffered; no allocation.
+		b, _ := s.cr.Peek(n)
+		if _, err := s.uw.Write(b); err != nil {
+			return err
+		}
+		_, err := s.cr.Discard(n)
+		return err
+	}
 	_, err := io.CopyN(s.uw, s.cr, int64(n))
 	return err
 }
@@ -570,6 +579,14 @@ var errClientWrite = errors.New("client write failed")
 // copyUpstreamBody streams n body bytes to the client, riding over wake-up
 // deadlines (a partial read is simply continued).
 func (s *session) copyUpstreamBody(n int) error {
+	if n <= s.ur.Buffered() {
+		b, _ := s.ur.Peek(n)
+		if _, err := s.cw.Write(b); err != nil {
+			return errClientWrite
+		}
+		s.ur.Discard(n)
+		return nil
+	}
 	for n > 0 {
 		m, err := io.CopyN(s.cw, s.ur, int64(n))
 		n -= int(m)
