@@ -175,7 +175,11 @@ func (r *renderer) expr(e Expr) {
 		r.typeCast(x)
 	case *OpExpr:
 		if x.Left != nil {
-			r.child(x.Left)
+			if l, ok := x.Left.(*OpExpr); ok && l.Left != nil && sameLeftAssocLevel(l.Op, x.Op) {
+				r.expr(l) // a + b + c parses as (a + b) + c: no parentheses needed
+			} else {
+				r.child(x.Left)
+			}
 			r.w(" ")
 			r.op(x.Op)
 			r.w(" ")
@@ -634,4 +638,29 @@ func (r *renderer) sqlSyntax(x *FuncCall) bool {
 		return false
 	}
 	return true
+}
+
+// opLevel groups binary operators of one left-associative precedence level
+// in Postgres's grammar: + -, * / %, ^, and every other (generic) operator.
+// Comparisons are non-associative and OPERATOR(…) has its own level: 0.
+func opLevel(op []string) int {
+	if len(op) != 1 {
+		return 0
+	}
+	switch op[0] {
+	case "+", "-":
+		return 1
+	case "*", "/", "%":
+		return 2
+	case "^":
+		return 3
+	case "<", ">", "=", "<=", ">=", "<>", "!=":
+		return 0
+	}
+	return 4
+}
+
+func sameLeftAssocLevel(left, parent []string) bool {
+	l := opLevel(left)
+	return l != 0 && l == opLevel(parent)
 }
