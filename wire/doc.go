@@ -47,6 +47,43 @@
 // by a past read deadline on the upstream socket; frame headers are read with
 // Peek so an interrupted read loses nothing.
 //
+// # Wiring an Interceptor (for the Trellis router)
+//
+// Config.Interceptor receives Classify(session, sql) for every simple Query
+// (the whole string) and every Parse (its one statement). Classify must be
+// pure and cheap; return Route{Local: true, Kind, Payload} to answer it.
+//
+// Execute(ctx, session, call, up, w) then runs at the statement's barrier,
+// on the server→client pump:
+//
+//   - read up.TxStatus() there ('I', 'T', 'E'), not in Classify: a
+//     pipelined BEGIN ahead of the unit may have changed it;
+//   - run the engine's SQL with up.Exec/up.Query (values bound as text
+//     parameters, reserved statement/portal names, notices dropped,
+//     NotificationResponse/ParameterStatus held and relayed after the reply);
+//   - for a multi-statement string, run ordinary pieces with
+//     up.Forward(ctx, piece, w): its frames reach the client byte for byte and
+//     its ReadyForQuery is consumed. Each Forward is its own implicit
+//     transaction, so bracket the string in BEGIN/COMMIT (via up.Exec) when
+//     the client was idle and all-or-nothing is wanted. To shift error
+//     positions of a piece, pass a wrapper of w: Forward then decodes the
+//     frames and calls the wrapper, including Error;
+//   - write results with w (RowDescription, DataRow, CommandComplete,
+//     Notice, Error); wire writes ReadyForQuery with the upstream's real
+//     status afterwards, and in the extended protocol ParseComplete,
+//     BindComplete, descriptions (via the optional Describer) and CloseComplete;
+//   - return a *pgerr.Error to answer with an ErrorResponse (position, hint,
+//     detail and "trellis: class/Variant" kept); return the
+//     *ForwardedError of a failed Forward to send nothing more. To leave a
+//     client transaction failed, make the upstream fail too (e.g. run a
+//     statement that raises), since TxStatus is never invented;
+//   - ctx is cancelled by the client's CancelRequest (cause
+//     ErrQueryCanceled, 57014), which also cancels a query the unit waits on.
+//
+// In the extended protocol, a batch up to Sync made only of intercepted
+// statements (named or unnamed, prepared in one batch and executed in
+// another) is answered locally; Call.Params holds the Bind values.
+//
 // # Limitations
 //
 //   - An extended-protocol batch (up to Sync) that mixes intercepted and
@@ -55,4 +92,10 @@
 //   - A Query larger than 64 MiB is passed through unclassified.
 //   - COPY is not supported inside Upstream.Forward.
 //   - SCRAM cannot be relayed with TLS on both legs (surface §12.3).
+//   - Local portals run to completion: Execute's row limit is passed in
+//     Call.MaxRows but PortalSuspended is never sent.
+//   - Direct TLS (PG17 sslnegotiation=direct) is not accepted yet.
+//   - A mixed batch refused after part of it was forwarded (over 1 MiB, or
+//     after a Flush) gets its 0A000 just before its ReadyForQuery; the
+//     forwarded part has run.
 package wire
