@@ -215,6 +215,13 @@ func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 		t.Fatal(err)
 	}
+	// A literal the proxy and the server would read differently is refused.
+	mustExec(t, c, "SET standard_conforming_strings = off")
+	_, err = c.Exec(ctx, `TRANSFORM t3 FROM s SELECT a::text || 'x\y' AS b`, pgx.QueryExecModeSimpleProtocol)
+	if pe := pgErrOf(t, err); pe.Code != "0A000" || !strings.Contains(pe.Detail, "UnsupportedSessionSetting") {
+		t.Fatalf("backslash with standard_conforming_strings off: %s %s %q", pe.Code, pe.Message, pe.Detail)
+	}
+	mustExec(t, c, "SET standard_conforming_strings = on")
 	// $n inside a Trellis statement is refused at Parse.
 	_, err = c.Exec(ctx, "TRANSFORM t2 FROM s SELECT a + $1 AS b", 1)
 	if pe := pgErrOf(t, err); pe.Code != "0A000" {

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/trellis-proxy/trellis-proxy/engine"
+	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 	"github.com/trellis-proxy/trellis-proxy/router"
 	"github.com/trellis-proxy/trellis-proxy/wire"
@@ -207,6 +208,9 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 		if u.Err != nil {
 			return u.Err
 		}
+		if err := x.checkSessionSettings(u); err != nil {
+			return err
+		}
 		a, err := x.i.cfg.Engine.Apply(ctx, querier{x.up}, u.Stmt, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
 		if err != nil {
 			return shift(err, u.CharOffset)
@@ -284,4 +288,22 @@ func (i *Interceptor) DescribeParams(s *wire.SessionInfo, sql string, r wire.Rou
 		return nil
 	}
 	return plan.Units[0].Call.ParamOIDs(callParamOIDs(plan.Units[0].Call))
+}
+
+// checkSessionSettings refuses a statement the proxy and the server would
+// read differently (grammar spec §2.2): with standard_conforming_strings off
+// a backslash in a plain literal, and any client_encoding but UTF8.
+func (x *execution) checkSessionSettings(u *router.Unit) error {
+	if enc := x.s.ServerParameter("client_encoding"); enc != "" && !strings.EqualFold(enc, "UTF8") {
+		return pgerr.Newf(pgerr.FeatureNotSupported, "Trellis statements need client_encoding UTF8, the session uses %s", enc).
+			WithClass("parse", "UnsupportedSessionSetting").WithHint("SET client_encoding = 'UTF8' before the statement")
+	}
+	if x.s.ServerParameter("standard_conforming_strings") == "off" {
+		if pos, ok := grammar.BackslashInPlainString(u.Text); ok {
+			return pgerr.New(pgerr.FeatureNotSupported, "a backslash in a plain string literal is ambiguous with standard_conforming_strings off").
+				WithClass("parse", "UnsupportedSessionSetting").WithPosition(int(pos)+u.CharOffset).
+				WithHint("SET standard_conforming_strings = on, or write the literal as E'...'")
+		}
+	}
+	return nil
 }
