@@ -56,6 +56,11 @@ func (r *runner) run(ctx context.Context, shapes []shapeSpec) map[string][]repPo
 					return res
 				}
 				p := sh.run(ctx, path)
+				if p.Fields == nil {
+					p.Fields = map[string]any{}
+				}
+				// Read right after the run: the load it ran under.
+				p.Fields["loadavg_1m"] = loadAvg()
 				head := pos == 0
 				switch {
 				case head:

@@ -63,6 +63,7 @@ type config struct {
 	Sampling    float64
 	NoProxy     bool
 	NoBouncer   bool
+	Markdown    bool
 }
 
 // bench is what a scenario gets: the configuration and the output.
@@ -102,6 +103,7 @@ func run() int {
 	fs.IntVar(&cfg.IdleConns, "idle-conns", 0, "idle client connections for the memory figure (default 1000; 100 with -quick)")
 	fs.Float64Var(&cfg.Sampling, "sampling", 0.1, "share of transactions pgbench logs for latency percentiles (0 turns the log off)")
 	fs.BoolVar(&cfg.NoProxy, "no-proxy", false, "leave the proxy out (baselines only)")
+	fs.BoolVar(&cfg.Markdown, "markdown", false, "print the result tables as Markdown (for docs/benchmarks.md)")
 	fs.BoolVar(&cfg.NoBouncer, "no-pgbouncer", false, "leave PgBouncer out")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: trellis-bench [flags] SCENARIO...\n\nscenarios:\n")

@@ -65,7 +65,7 @@ func b1Goals(sums map[string]summary, idleKB map[string]float64) []goalCheck {
 	}
 	{
 		g := Goal{What: "instructions per simple query proxy/pgbouncer", AtMost: true, Bound: 2}
-		out = append(out, goalCheck{Shape: "instructions", Goal: g, Value: math.NaN(), Note: "not measured by this harness yet (needs callgrind or perf)"})
+		out = append(out, goalCheck{Shape: "instructions", Goal: g, Value: math.NaN(), Note: "not measured: perf has no hardware counters in this VM and callgrind aborts on the proxy (cgo signal handling)"})
 	}
 	return out
 }
@@ -96,13 +96,30 @@ func medianField(reps []repPoints, path, key string) float64 {
 	return median(xs)
 }
 
+// maxLoad is the highest 1-minute load average any run of a shape saw.
+func maxLoad(reps []repPoints) float64 {
+	m := math.NaN()
+	for _, rp := range reps {
+		pts := []point{rp.Head, rp.Tail}
+		for _, p := range rp.Variants {
+			pts = append(pts, p)
+		}
+		for _, p := range pts {
+			if v, ok := p.Fields["loadavg_1m"].(float64); ok && !math.IsNaN(v) && (math.IsNaN(m) || v > m) {
+				m = v
+			}
+		}
+	}
+	return m
+}
+
 // report prints the tables for people, emits the summary and goal lines.
 func (p *passthrough) report(shapes []shapeSpec, pgRes map[string][]repPoints, streams []shapeSpec, stRes map[string][]repPoints, variants []string, idle []idleResult) {
 	sums := map[string]summary{}
 	fmt.Fprintf(os.Stderr, "\n== passthrough results: medians of %d repetitions; ratios are medians of per-repetition ratios (control = mean of the head and tail direct runs)\n", p.b.cfg.Reps)
 	fmt.Fprintln(os.Stderr, "   pgbench, the forwarders and Postgres share the machine's cores: read the ratios, not the absolute figures.")
 	one := func(title string, specs []shapeSpec, res map[string][]repPoints, cpuPer string) {
-		t := &table{header: []string{title, "unit", "direct", "proxy", "pgbouncer", "proxy/direct", "proxy/pgb", "pgb/direct", "p50 ms d/p/b", "proxy cpu µs/" + cpuPer, "pgb cpu µs/" + cpuPer, "max drift"}}
+		t := &table{header: []string{title, "unit", "direct", "proxy", "pgbouncer", "proxy/direct", "proxy/pgb", "pgb/direct", "p50 ms d/p/b", "proxy cpu µs/" + cpuPer, "pgb cpu µs/" + cpuPer, "max drift", "max load"}, markdown: p.b.cfg.Markdown}
 		for _, sh := range specs {
 			reps := res[sh.Name]
 			if len(reps) == 0 {
@@ -117,7 +134,7 @@ func (p *passthrough) report(shapes []shapeSpec, pgRes map[string][]repPoints, s
 				fmtNum(valueOr(s.Median, pathDirect)/sc, 1), fmtNum(valueOr(s.Median, pathProxy)/sc, 1), fmtNum(valueOr(s.Median, pathBouncer)/sc, 1),
 				fmtRatio(valueOr(s.ToControl, pathProxy)), fmtRatio(s.ProxyToBnc), fmtRatio(valueOr(s.ToControl, pathBouncer)),
 				fmtNum(valueOr(s.MedianP50, pathDirect), 3)+"/"+fmtNum(valueOr(s.MedianP50, pathProxy), 3)+"/"+fmtNum(valueOr(s.MedianP50, pathBouncer), 3),
-				fmtNum(pcpu, 1), fmtNum(bcpu, 1), fmtPct(s.MaxDrift))
+				fmtNum(pcpu, 1), fmtNum(bcpu, 1), fmtPct(s.MaxDrift), fmtNum(maxLoad(reps), 1))
 			p.b.out.emit(map[string]any{
 				"kind": "summary", "scenario": "passthrough", "shape": sh.Name, "unit": sh.Unit, "reps": s.Reps,
 				"direct": valueOr(s.Median, pathDirect), "proxy": valueOr(s.Median, pathProxy), "pgbouncer": valueOr(s.Median, pathBouncer),
@@ -126,7 +143,7 @@ func (p *passthrough) report(shapes []shapeSpec, pgRes map[string][]repPoints, s
 				"p50_ms_direct":       valueOr(s.MedianP50, pathDirect), "p50_ms_proxy": valueOr(s.MedianP50, pathProxy),
 				"p50_ms_pgbouncer":           valueOr(s.MedianP50, pathBouncer),
 				"proxy_cpu_us_per_" + cpuPer: pcpu, "pgbouncer_cpu_us_per_" + cpuPer: bcpu,
-				"drift_median": s.Drift, "drift_max": s.MaxDrift,
+				"drift_median": s.Drift, "drift_max": s.MaxDrift, "loadavg_1m_max": maxLoad(reps),
 			})
 		}
 		fmt.Fprintln(os.Stderr)
@@ -137,7 +154,7 @@ func (p *passthrough) report(shapes []shapeSpec, pgRes map[string][]repPoints, s
 
 	idleKB := map[string]float64{}
 	if len(idle) > 0 {
-		t := &table{header: []string{"idle", "conns", "RSS before kB", "RSS after kB", "VmHWM kB", "KB per conn"}}
+		t := &table{header: []string{"idle", "conns", "RSS before kB", "RSS after kB", "VmHWM kB", "KB per conn"}, markdown: p.b.cfg.Markdown}
 		for _, r := range idle {
 			if r.Err == nil {
 				idleKB[r.Path] = r.PerConnKB
@@ -148,7 +165,7 @@ func (p *passthrough) report(shapes []shapeSpec, pgRes map[string][]repPoints, s
 		t.write(os.Stderr)
 	}
 
-	t := &table{header: []string{"goal", "shape", "measured", "verdict", "note"}}
+	t := &table{header: []string{"goal", "shape", "measured", "verdict", "note"}, markdown: p.b.cfg.Markdown}
 	for _, g := range b1Goals(sums, idleKB) {
 		val := fmtRatio(g.Value)
 		if g.Goal.Unit != "" {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -33,10 +34,8 @@ func (e *emitter) emit(fields map[string]any) {
 	}
 	line["time"] = time.Now().UTC().Format(time.RFC3339)
 	// The 1-minute load average: other work on a shared box shows up here.
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			line["loadavg_1m"] = f[0]
-		}
+	if _, ok := line["loadavg_1m"]; !ok {
+		line["loadavg_1m"] = nullable(loadAvg())
 	}
 	b, err := json.Marshal(line)
 	if err != nil {
@@ -51,15 +50,42 @@ func (e *emitter) emit(fields map[string]any) {
 	}
 }
 
-// table renders rows for people on stderr, aligned.
+// loadAvg is the 1-minute load average, NaN when unknown.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return math.NaN()
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// table renders rows for people on stderr, aligned, or as Markdown (for
+// docs/benchmarks.md).
 type table struct {
-	header []string
-	rows   [][]string
+	header   []string
+	rows     [][]string
+	markdown bool
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
 
 func (t *table) write(w io.Writer) {
+	if t.markdown {
+		fmt.Fprintln(w, "| "+strings.Join(t.header, " | ")+" |")
+		fmt.Fprintln(w, strings.Repeat("|---", len(t.header))+"|")
+		for _, r := range t.rows {
+			fmt.Fprintln(w, "| "+strings.Join(r, " | ")+" |")
+		}
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
 	for _, r := range t.rows {
