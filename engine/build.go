@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -36,7 +37,9 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	t0 := time.Now()
 	serr := e.runTask(ctx, tx, taskID, defID, build, kind, lo, hi)
+	e.log.Debug("build task", "definition", defID, "kind", kind, "took", time.Since(t0), "err", serr)
 	if serr == nil {
 		if serr = tx.Commit(ctx); serr == nil {
 			if _, err := e.tryLive(ctx, e.workers, defID, build); err != nil {
