@@ -166,12 +166,12 @@ func pick[T any](r *rand.Rand, pool []T, n int) []T {
 }
 
 type diffRun struct {
-	t      *testing.T
-	r      *rand.Rand
-	pool   *pgxpool.Pool
-	tables []string
-	keys   map[string][]string // table -> key columns
-	defs   []*dDef
+	t       *testing.T
+	r       *rand.Rand
+	pool    *pgxpool.Pool
+	tables  []string
+	keys    map[string][]string // table -> key columns
+	defs    []*dDef
 	commits atomic.Int64
 	faults  atomic.Int64
 }
