@@ -62,6 +62,14 @@ func TestClientTLS(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), "select 1").Scan(&one); err != nil {
 		t.Fatal(err)
 	}
+	// PG17's direct TLS: a ClientHello first, with ALPN "postgresql".
+	directTLS := connectURL(t, strings.Replace(h.url("postgres", "", "postgres", ""), "sslmode=disable", "sslmode=require&sslnegotiation=direct", 1))
+	if _, ok := directTLS.PgConn().Conn().(*tls.Conn); !ok {
+		t.Fatalf("direct TLS leg is %T", directTLS.PgConn().Conn())
+	}
+	if err := directTLS.QueryRow(t.Context(), "select 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
 	plain := connectURL(t, h.url("postgres", "", "postgres", ""))
 	if _, ok := plain.PgConn().Conn().(*tls.Conn); ok {
 		t.Fatal("sslmode=disable got TLS")

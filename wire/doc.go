@@ -19,7 +19,8 @@
 //
 //  1. S0 accept: exact reads of the first packets (no read-ahead, so nothing
 //     plaintext is buffered across a TLS upgrade): SSLRequest → S + TLS or N,
-//     GSSENCRequest → N, CancelRequest → routed (D4), StartupMessage kept raw.
+//     GSSENCRequest → N, a TLS ClientHello → direct TLS (PG17, ALPN
+//     "postgresql"), CancelRequest → routed (D4), StartupMessage kept raw.
 //  2. S1 dial: upstream connection, TLS per sslmode, startup bytes forwarded
 //     untouched.
 //  3. S2 auth: every Authentication* relayed; exactly one client 'p' frame
@@ -94,7 +95,6 @@
 //   - SCRAM cannot be relayed with TLS on both legs (surface §12.3).
 //   - Local portals run to completion: Execute's row limit is passed in
 //     Call.MaxRows but PortalSuspended is never sent.
-//   - Direct TLS (PG17 sslnegotiation=direct) is not accepted yet.
 //   - A mixed batch refused after part of it was forwarded (over 1 MiB, or
 //     after a Flush) gets its 0A000 just before its ReadyForQuery; the
 //     forwarded part has run.

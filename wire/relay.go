@@ -526,7 +526,11 @@ func (s *session) serverToClient() string {
 		}
 		hdr[0] = typ
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
-		switch typ {
+		inspect := typ
+		if n > maxInspect {
+			inspect = 0 // absurdly large: relay it without decoding
+		}
+		switch inspect {
 		case 'Z', 'S', 'E', 'K':
 			body, err := s.readUpstreamBody(n)
 			if err != nil {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -171,7 +172,37 @@ func (s *session) run() string {
 	buf := make([]byte, 0, 256)
 	sslDone, gssDone := false, false
 	for startup == nil {
-		pkt, err := readStartupPacket(s.client, buf)
+		var first io.Reader = s.client
+		if !sslDone && srv.cfg.TLS != nil {
+			// PG17 sslnegotiation=direct: a TLS ClientHello (0x16) where a
+			// startup length (first byte 0) would be.
+			var b [1]byte
+			if _, err := io.ReadFull(s.client, b[:]); err != nil {
+				return "client_gone"
+			}
+			if b[0] == 0x16 {
+				sslDone = true
+				cfg := srv.cfg.TLS.Clone()
+				cfg.NextProtos = []string{"postgresql"}
+				tc := tls13Server(&prefixConn{Conn: s.client, prefix: b[:]}, cfg)
+				if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
+					s.log.Debug("client direct TLS handshake failed", "error", err)
+					return "client_error"
+				}
+				if tc.ConnectionState().NegotiatedProtocol != "postgresql" {
+					// Required by the protocol, so a non-Postgres TLS client
+					// cannot be confused for one (ALPN).
+					return "client_error"
+				}
+				s.mu.Lock()
+				s.client = tc
+				s.mu.Unlock()
+				s.info.TLS = true
+				continue
+			}
+			first = io.MultiReader(bytes.NewReader(b[:]), s.client)
+		}
+		pkt, err := readStartupPacket(first, buf)
 		if err != nil {
 			if e, ok := pgerr.As(err); ok {
 				e.Severity = pgerr.SeverityFatal
