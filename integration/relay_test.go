@@ -388,6 +388,8 @@ func TestShutdown(t *testing.T) {
 }
 
 func TestShutdownGraceExpires(t *testing.T) {
+	direct(t) // the cluster and its goroutines first, for the baseline
+	base := goroutines()
 	h := start(t, func(c *proxyConfig, _ *proxyOptions) { c.ShutdownGrace = 300 * time.Millisecond })
 	busy := h.connect(t)
 	mustExec(t, busy, "begin")
@@ -405,4 +407,7 @@ func TestShutdownGraceExpires(t *testing.T) {
 	if !strings.Contains(err.Error(), "57P01") && !busy.IsClosed() {
 		t.Fatalf("want 57P01 or a closed connection, got %v", err)
 	}
+	busy.Close(t.Context())
+	// Nothing of the proxy is left running.
+	eventually(t, 10*time.Second, "goroutines back at baseline", func() bool { return goroutines() <= base })
 }
