@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -104,13 +103,3 @@ func testServer(t testing.TB, up *fakeUpstream, mod func(*Config)) *Server {
 	return s
 }
 
-// pipeSession runs one session over an in-memory pipe and returns the
-// client end.
-func (s *Server) pipeSession() net.Conn {
-	client, server := net.Pipe()
-	s.wg.Add(1)
-	go s.handle(server)
-	return client
-}
-
-var _ = io.EOF

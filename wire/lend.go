@@ -2,10 +2,8 @@ package wire
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -492,8 +490,3 @@ func encodeArg(a any) ([]byte, error) {
 	}
 	return nil, fmt.Errorf("unsupported argument type %T", a)
 }
-
-var (
-	_ = binary.BigEndian
-	_ = io.EOF
-)

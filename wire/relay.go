@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -730,4 +729,3 @@ func (s *session) upstreamLost(err error) string {
 	return "upstream_error"
 }
 
-var _ = bufio.NewReader
