@@ -102,4 +102,3 @@ func testServer(t testing.TB, up *fakeUpstream, mod func(*Config)) *Server {
 	t.Cleanup(func() { s.Close(); s.Wait() })
 	return s
 }
-

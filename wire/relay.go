@@ -728,4 +728,3 @@ func (s *session) upstreamLost(err error) string {
 	s.cw.Flush()
 	return "upstream_error"
 }
-
