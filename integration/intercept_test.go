@@ -162,6 +162,18 @@ func TestInterceptOrdering(t *testing.T) {
 	if e.Code != "0A000" {
 		t.Fatalf("mixed batch: %+v", e)
 	}
+
+	// Mixed after a Flush already sent the first part upstream: the rest is
+	// discarded and the refusal comes just before the batch's ReadyForQuery.
+	r.sendMsgs(&pgproto3.Parse{Query: "select 1"}, &pgproto3.Flush{})
+	if f := r.next1(); f.typ != '1' {
+		t.Fatalf("want ParseComplete, got %v", f)
+	}
+	r.sendMsgs(&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		&pgproto3.Query{String: "select 'after'"})
+	if got := types(r.untilZs(2)); got != "EZTDCZ" {
+		t.Fatalf("frames %q", got)
+	}
 }
 
 func TestInterceptLentUpstreamInTransaction(t *testing.T) {
