@@ -98,7 +98,8 @@ func interceptHarness(t *testing.T) *harness {
 func TestInterceptSimpleAndExtended(t *testing.T) {
 	h := interceptHarness(t)
 	conn := h.connect(t)
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement,
+		pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec} {
 		var s string
 		if err := conn.QueryRow(t.Context(), "SELECT 'intercepted'", mode).Scan(&s); err != nil || s != "answered by the proxy" {
 			t.Fatalf("mode %v: %q %v", mode, s, err)
