@@ -27,7 +27,6 @@ type passthrough struct {
 	b        *bench
 	base     string // scratch directory (cluster, configs, logs)
 	pgbench  string
-	bouncer  string
 	admin    *pgconn.PgConn // direct connection for setup and oracles
 	dsn      map[string]string
 	procs    map[string]*process
@@ -58,11 +57,11 @@ func runPassthrough(ctx context.Context, b *bench) error {
 		p.bigRows /= 10
 	}
 	var err error
-	if p.pgbench, err = findBin("pgbench"); cfg.PgbenchBin != "" {
-		p.pgbench, err = cfg.PgbenchBin, nil
-	}
-	if err != nil {
-		return fmt.Errorf("%v: install the postgresql-client package", err)
+	p.pgbench = cfg.PgbenchBin
+	if p.pgbench == "" {
+		if p.pgbench, err = findBin("pgbench"); err != nil {
+			return fmt.Errorf("%v: install the postgresql-client package", err)
+		}
 	}
 
 	root := cfg.Disk
@@ -154,7 +153,9 @@ func runPassthrough(ctx context.Context, b *bench) error {
 	fmt.Fprintf(os.Stderr, "\nstreaming: COPY %d rows out and in, a %d MB result\n", p.copyRows, p.bigRows*bigRowBytes/1_000_000)
 	stRes := r.run(ctx, streamShapes)
 	b.fail += r.failures
-
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	idle := p.idleMemory(ctx)
 	if ctx.Err() != nil {
 		return ctx.Err()
