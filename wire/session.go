@@ -298,7 +298,7 @@ func (s *session) run() string {
 		return outcome
 	}
 	up.SetDeadline(deadline)
-	s.ur = bufio.NewReaderSize(up, 16<<10)
+	s.ur = bufio.NewReaderSize(up, 8<<10) // Postgres sends in 8 KiB chunks; idle sessions stay small
 	s.uw = bufio.NewWriterSize(up, 8<<10)
 	s.cr = bufio.NewReaderSize(s.client, 8<<10)
 	s.cw = bufio.NewWriterSize(s.client, 8<<10)
