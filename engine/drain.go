@@ -17,10 +17,10 @@ func (e *Engine) wakeDrainers() {
 
 // drainLoop is one drain worker: pages of the oldest sealed batch first,
 // then build tasks, else sleep until woken (NOTIFY) or PollInterval.
-func (e *Engine) drainLoop(ctx context.Context, id string) error {
+func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) error {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		did, err := e.drainOnce(ctx, id)
+		did, err := e.drainOnce(ctx, id, buildsFirst)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -49,12 +49,18 @@ func (e *Engine) drainLoop(ctx context.Context, id string) error {
 	return nil
 }
 
-func (e *Engine) drainOnce(ctx context.Context, id string) (bool, error) {
-	did, err := e.drainPage(ctx, id)
+func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bool, error) {
+	// Odd workers prefer build tasks so a steady write load cannot starve a
+	// build; even workers prefer pages so builds cannot starve convergence.
+	first, second := e.drainPage, e.buildStep
+	if buildsFirst {
+		first, second = e.buildStep, e.drainPage
+	}
+	did, err := first(ctx, id)
 	if did || err != nil {
 		return did, err
 	}
-	return e.buildStep(ctx, id)
+	return second(ctx, id)
 }
 
 type pageKey struct {

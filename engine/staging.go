@@ -268,6 +268,16 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 		return false, err
 	}
 	defer tx.Rollback(ctx)
+	// Cheap check first: the row lock below queues behind every page holding
+	// the definition FOR SHARE, and pages queue behind it.
+	var pending bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND kind = 'plan')
+		OR EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND state <> 'done')`, e.tbl("_build_tasks")), build).Scan(&pending); err != nil {
+		return false, err
+	}
+	if pending {
+		return false, nil
+	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {
 		return false, err
 	}
@@ -294,10 +304,12 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 
 // seal closes a batch if new log rows became visible (§12.4).
 func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	// Read-only probe first: an idle instance writes nothing.
+	// Read-only probe first: an idle instance writes nothing. While two
+	// batches wait, sealing more only adds per-page overhead: let the next
+	// batch grow instead (bigger batches also get 8 buckets, drained in parallel).
 	var any bool
-	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s c,
-		  (SELECT snap FROM %s ORDER BY seq DESC LIMIT 1) p
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[2]s WHERE state <> 'drained') < 2
+		AND EXISTS (SELECT 1 FROM %[1]s c, (SELECT snap FROM %[2]s ORDER BY seq DESC LIMIT 1) p
 		WHERE c.txid >= pg_snapshot_xmin(p.snap) AND NOT pg_visible_in_snapshot(c.txid, p.snap))`,
 		e.tbl("_change_log"), e.tbl("_batches"))).Scan(&any); err != nil {
 		return false, err
