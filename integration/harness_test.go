@@ -44,7 +44,9 @@ func start(t *testing.T, mod func(*proxy.Config, *proxy.Options)) *harness {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Upstream = c.URL("postgres")
 	cfg.ShutdownGrace = 5 * time.Second
-	opts := proxy.Options{Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	// Relay tests run the bare relay; tests of Trellis statements turn the
+	// engine on (RelayOnly false) or bring their own interceptor.
+	opts := proxy.Options{RelayOnly: true, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if mod != nil {
 		mod(&cfg, &opts)
 	}

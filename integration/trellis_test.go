@@ -376,3 +376,40 @@ func TestStatusAndDumpThroughProxy(t *testing.T) {
 		t.Fatalf("replayed definition: %d %v", n, err)
 	}
 }
+
+// The serving path as a user runs it: proxy.Run with its own engine,
+// workers and catalog on the upstream's database.
+func TestServeRunsTheEngine(t *testing.T) {
+	c := pgcluster.ForTest(t)
+	db := fmt.Sprintf("serve_%d_%d", time.Now().UnixNano()%1e6, trellisDBSeq.Add(1))
+	admin := direct(t)
+	mustExec(t, admin, "CREATE DATABASE "+db)
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	h := start(t, func(cfg *proxy.Config, opts *proxy.Options) {
+		cfg.Upstream = c.URL(db)
+		opts.RelayOnly = false
+	})
+	ctx := context.Background()
+	conn := connectURL(t, h.url("postgres", "", db, ""))
+	mustExec(t, conn, `CREATE TABLE orders (id bigint PRIMARY KEY, price numeric, tax numeric)`)
+	mustExec(t, conn, `INSERT INTO orders SELECT g, g, 1 FROM generate_series(1, 1000) g`)
+	mustExec(t, conn, `TRANSFORM order_totals FROM orders SELECT price + tax AS total`)
+	var status string
+	if err := conn.QueryRow(ctx, `SELECT trellis.await_live('order_totals', 60000)`).Scan(&status); err != nil || status != "live" {
+		t.Fatalf("await_live: %q %v", status, err)
+	}
+	mustExec(t, conn, `UPDATE orders SET tax = 2 WHERE id = 7`)
+	if _, err := conn.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`); err != nil {
+		t.Fatal(err)
+	}
+	var total string
+	if err := conn.QueryRow(ctx, `SELECT total::text FROM order_totals WHERE id = 7`).Scan(&total); err != nil || total != "9" {
+		t.Fatalf("total %q %v", total, err)
+	}
+	// Sessions on another database are relayed, and Trellis is refused there.
+	other := connectURL(t, h.url("postgres", "", "postgres", ""))
+	_, err := other.Exec(ctx, `TRANSFORM x FROM y SELECT a AS b`)
+	if pe := pgErrOf(t, err); pe.Code != "0A000" || !strings.Contains(pe.Message, db) {
+		t.Fatalf("Trellis on another database: %s %s", pe.Code, pe.Message)
+	}
+}

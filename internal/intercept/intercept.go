@@ -301,7 +301,7 @@ func (x *execution) checkSessionSettings(u *router.Unit) error {
 	if x.s.ServerParameter("standard_conforming_strings") == "off" {
 		if pos, ok := grammar.BackslashInPlainString(u.Text); ok {
 			return pgerr.New(pgerr.FeatureNotSupported, "a backslash in a plain string literal is ambiguous with standard_conforming_strings off").
-				WithClass("parse", "UnsupportedSessionSetting").WithPosition(int(pos)+u.CharOffset).
+				WithClass("parse", "UnsupportedSessionSetting").WithPosition(int(pos) + u.CharOffset).
 				WithHint("SET standard_conforming_strings = on, or write the literal as E'...'")
 		}
 	}

@@ -185,6 +185,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// UpstreamTLS overrides the TLS config for upstream connections (tests).
 	UpstreamTLS *tls.Config
+	// RelayOnly runs the relay without the engine and its interceptor: no
+	// catalog, no workers (relay tests and benchmarks of the bare relay).
+	RelayOnly bool
 }
 
 // Info describes a running proxy.
@@ -278,8 +281,22 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 	metrics := NewMetrics(reg)
 
+	interceptor := opts.Interceptor
+	var side *trellisSide
+	if !opts.RelayOnly {
+		var err error
+		side, err = newTrellisSide(ctx, cfg, upURL, reg, log)
+		if err != nil {
+			return err
+		}
+		defer side.close()
+		if interceptor == nil {
+			interceptor = side.interceptor
+		}
+	}
+
 	srv, err := wire.NewServer(wire.Config{
-		Upstream: upCfg, TLS: tlsCfg, Interceptor: opts.Interceptor, Logger: log, Metrics: metrics,
+		Upstream: upCfg, TLS: tlsCfg, Interceptor: interceptor, Logger: log, Metrics: metrics,
 		MaxClientConns: cfg.MaxClientConns, MaxMessageSize: cfg.MaxMessageSize, AuthTimeout: cfg.AuthTimeout,
 	})
 	if err != nil {
@@ -298,6 +315,10 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	if side != nil {
+		g.Go(func() error { return side.run(gctx) })
+		log.Info("workers started", "staging", cfg.Staging, "drain_workers", cfg.DrainWorkers)
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil {
 			return fmt.Errorf("serving %s: %w", cfg.Listen, err)
