@@ -22,7 +22,11 @@ func (e *Engine) WatermarkToken(ctx context.Context) (string, error) {
 // has reached its targets (poisoned keys count as not reached).
 func (e *Engine) Converged(ctx context.Context, token string) (bool, error) {
 	var ok bool
-	err := e.pool.QueryRow(ctx, fmt.Sprintf("SELECT %s($1::text::pg_lsn)", e.tbl("_converged")), token).Scan(&ok)
+	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn)", e.tbl("_converged"))
+	if e.plant.convergedIsDrained {
+		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.tbl("_batches"))
+	}
+	err := e.pool.QueryRow(ctx, q, token).Scan(&ok)
 	if codeOf(err) == "22P02" {
 		return false, pgerr.Newf(pgerr.InvalidParameterValue, "malformed watermark token %q", token).WithClass("validation", "BadToken")
 	}

@@ -205,7 +205,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	if !unknown && origin != nil {
 		o = *origin
 	}
-	if len(keys) > 0 || len(truncated) > 0 {
+	if (len(keys) > 0 || len(truncated) > 0) && !e.plant.noOriginInheritance {
 		if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', $1, true), set_config('trellis.hop', $2, true)",
 			o, fmt.Sprint(hop+1)); err != nil {
 			return err

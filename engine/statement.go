@@ -486,8 +486,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		if err == nil {
 			continue
 		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerr.InvalidObjectDefinition {
+		if pgerr.CodeOf(err) == pgerr.InvalidObjectDefinition {
 			return pgerr.New(pgerr.InvalidObjectDefinition, "formula is not immutable: it calls a volatile or stable function, or a cast that depends on session settings").
 				WithClass("validation", "NonImmutableConstruct").WithPosition(int(p.pos)).
 				WithDetail("targets must be computable from the source row alone (now(), random(), timestamptz-to-text casts and the like are refused)").
@@ -501,20 +500,21 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 }
 
 // formulaError turns a Postgres error raised by a probe into one that points
-// into the client's statement.
+// into the client's statement. The error comes from pgx (*pgconn.PgError) on
+// the workers' connections, or as a *pgerr.Error from the proxy's lent
+// client connection.
 func formulaError(err error, posOf func(at int) grammar.Pos) error {
+	out := &pgerr.Error{Err: err}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		if pe, ok := pgerr.As(err); ok {
-			c := *pe
-			c.Position = int(posOf(pe.Position - 1))
-			return &c
-		}
+	if errors.As(err, &pgErr) {
+		out.Code, out.Message, out.Detail, out.Hint, out.Position = pgErr.Code, pgErr.Message, pgErr.Detail, pgErr.Hint, int(pgErr.Position)
+	} else if pe, ok := pgerr.As(err); ok {
+		out.Code, out.Message, out.Detail, out.Hint, out.Position = pe.Code, pe.Message, pe.Detail, pe.Hint, pe.Position
+	} else {
 		return err
 	}
-	out := &pgerr.Error{Code: pgErr.Code, Message: pgErr.Message, Detail: pgErr.Detail, Hint: pgErr.Hint, Err: err}
-	out.Position = int(posOf(int(pgErr.Position) - 1))
-	switch pgErr.Code {
+	out.Position = int(posOf(out.Position - 1))
+	switch out.Code {
 	case pgerr.UndefinedFunction:
 		out.Class, out.Variant = "validation", "FunctionArgTypeMismatch"
 	case pgerr.DatatypeMismatch:
