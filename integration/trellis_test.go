@@ -215,6 +215,13 @@ func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 		t.Fatal(err)
 	}
+	// D8 through the proxy's lent connection: a volatile formula is refused
+	// with the Trellis variant, at the formula.
+	q = "TRANSFORM t4 FROM s SELECT now() AS b"
+	_, err = c.Exec(ctx, q)
+	if pe := pgErrOf(t, err); pe.Code != "42P17" || !strings.Contains(pe.Detail, "NonImmutableConstruct") || int(pe.Position) != strings.Index(q, "now")+1 {
+		t.Fatalf("volatile formula: %s %s %q at %d", pe.Code, pe.Message, pe.Detail, pe.Position)
+	}
 	// A literal the proxy and the server would read differently is refused.
 	mustExec(t, c, "SET standard_conforming_strings = off")
 	_, err = c.Exec(ctx, `TRANSFORM t3 FROM s SELECT a::text || 'x\y' AS b`, pgx.QueryExecModeSimpleProtocol)

@@ -36,12 +36,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "trellis-proxy %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0
 	case "serve":
+	case "migrate":
+		return runMigrate(args, stdout, stderr)
+	case "status", "dump", "apply", "health":
+		return runClient(sub, args, stdout, stderr)
 	case "help":
 		fs, _ := newFlagSet(new(proxy.Config))
 		usage(fs, stdout)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "error: unknown subcommand %q (try serve, version or --help)\n", sub)
+		fmt.Fprintf(stderr, "error: unknown subcommand %q (try serve, migrate, status, dump, apply, health, version or --help)\n", sub)
 		return 2
 	}
 	cfg := proxy.Default()
@@ -166,7 +170,16 @@ func flagHint(err error) string {
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "Usage: trellis-proxy [serve] [flags]\n       trellis-proxy version\n\n")
+	fmt.Fprintf(w, `Usage: trellis-proxy [serve] [flags]     run the proxy (the default)
+       trellis-proxy migrate [flags]     create or upgrade the catalog, then exit
+       trellis-proxy status|dump|health [-d URL]
+       trellis-proxy apply [-d URL] 'STATEMENT'
+       trellis-proxy version
+
+Client commands connect to -d/--database-url or TRELLIS_DATABASE_URL
+(default %s).
+
+`, defaultDatabaseURL)
 	fmt.Fprintf(w, "Every flag can also be set by TRELLIS_<FLAG> (upper case, - as _).\n\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()

@@ -216,54 +216,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		stdout = io.Discard
 	}
 
-	var (
-		upCfg   wire.UpstreamConfig
-		upURL   string
-		cluster *pgcluster.Cluster
-	)
-	if cfg.Upstream == "" {
-		dataDir := cfg.DataDir
-		if cfg.Ephemeral {
-			dataDir = ""
-		} else if dataDir == "" {
-			dataDir = DefaultDataDir()
-		}
-		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		c, err := pgcluster.Start(startCtx, pgcluster.Options{DataDir: dataDir, BinDir: cfg.PGBin, RunAs: cfg.RunAs, Port: -1, Password: cfg.EmbeddedPassword})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("starting the embedded PostgreSQL cluster: %w", err)
-		}
-		defer func() {
-			if err := c.Stop(); err != nil {
-				log.Warn("stopping the embedded cluster", "error", err)
-			} else {
-				log.Info("stopped private PostgreSQL cluster")
-			}
-		}()
-		cluster = c
-		log.Info("started private PostgreSQL cluster", "version", c.Version, "data_dir", c.DataDir, "reused", c.Reused)
-		upCfg = wire.UpstreamConfig{Network: "unix", Address: c.SocketPath(), SSLMode: "disable"}
-		upURL = c.SocketURL("postgres")
-	} else {
-		pc, err := pgconn.ParseConfig(cfg.Upstream)
-		if err != nil {
-			return &FlagError{"upstream", redact(err.Error())}
-		}
-		upCfg = upstreamFromPgconn(pc)
-		if opts.UpstreamTLS != nil {
-			upCfg.TLSConfig = opts.UpstreamTLS
-		}
-		upURL = cfg.Upstream
-		// Fail fast with one line when the upstream cannot be reached.
-		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		conn, err := pgconn.ConnectConfig(pctx, pc)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("upstream unreachable: %s", oneLine(err))
-		}
-		conn.Close(context.Background())
+	upCfg, upURL, cluster, stopCluster, err := openUpstream(ctx, cfg, opts.UpstreamTLS, log)
+	if err != nil {
+		return err
 	}
+	defer stopCluster()
 
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {
@@ -284,7 +241,6 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	interceptor := opts.Interceptor
 	var side *trellisSide
 	if !opts.RelayOnly {
-		var err error
 		side, err = newTrellisSide(ctx, cfg, upURL, reg, log)
 		if err != nil {
 			return err
@@ -468,4 +424,69 @@ func httpHandler(reg *prometheus.Registry, up wire.UpstreamConfig) http.Handler 
 		io.WriteString(w, "ok")
 	})
 	return mux
+}
+
+// openUpstream finds the upstream: the --upstream URL, checked reachable, or
+// the embedded cluster, started (or adopted) here. stop stops an embedded
+// cluster and does nothing otherwise.
+func openUpstream(ctx context.Context, cfg Config, upstreamTLS *tls.Config, log *slog.Logger) (upCfg wire.UpstreamConfig, upURL string, cluster *pgcluster.Cluster, stop func(), err error) {
+	stop = func() {}
+	if cfg.Upstream == "" {
+		dataDir := cfg.DataDir
+		if cfg.Ephemeral {
+			dataDir = ""
+		} else if dataDir == "" {
+			dataDir = DefaultDataDir()
+		}
+		startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		c, err := pgcluster.Start(startCtx, pgcluster.Options{DataDir: dataDir, BinDir: cfg.PGBin, RunAs: cfg.RunAs, Port: -1, Password: cfg.EmbeddedPassword})
+		cancel()
+		if err != nil {
+			return upCfg, "", nil, stop, fmt.Errorf("starting the embedded PostgreSQL cluster: %w", err)
+		}
+		stop = func() {
+			if err := c.Stop(); err != nil {
+				log.Warn("stopping the embedded cluster", "error", err)
+			} else {
+				log.Info("stopped private PostgreSQL cluster")
+			}
+		}
+		log.Info("started private PostgreSQL cluster", "version", c.Version, "data_dir", c.DataDir, "reused", c.Reused)
+		upCfg = wire.UpstreamConfig{Network: "unix", Address: c.SocketPath(), SSLMode: "disable"}
+		return upCfg, c.SocketURL("postgres"), c, stop, nil
+	}
+	pc, err := pgconn.ParseConfig(cfg.Upstream)
+	if err != nil {
+		return upCfg, "", nil, stop, &FlagError{"upstream", redact(err.Error())}
+	}
+	upCfg = upstreamFromPgconn(pc)
+	if upstreamTLS != nil {
+		upCfg.TLSConfig = upstreamTLS
+	}
+	// Fail fast with one line when the upstream cannot be reached.
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	conn, err := pgconn.ConnectConfig(pctx, pc)
+	cancel()
+	if err != nil {
+		return upCfg, "", nil, stop, fmt.Errorf("upstream unreachable: %s", oneLine(err))
+	}
+	conn.Close(context.Background())
+	return upCfg, cfg.Upstream, nil, stop, nil
+}
+
+// Migrate creates or upgrades the catalog and its SQL surface, as serve does
+// at start, and returns the one-line report (`trellis-proxy migrate`).
+func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (string, error) {
+	_, upURL, _, stop, err := openUpstream(ctx, cfg, nil, log)
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	cfg.Migrate = false // migrate once, below, and report it
+	side, err := newTrellisSide(ctx, cfg, upURL, prometheus.NewRegistry(), log)
+	if err != nil {
+		return "", err
+	}
+	defer side.close()
+	return side.migrate(ctx)
 }

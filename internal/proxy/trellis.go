@@ -21,6 +21,7 @@ import (
 // engine with its workers, and the interceptor that executes Trellis
 // statements for clients.
 type trellisSide struct {
+	migrate     func(ctx context.Context) (string, error)
 	pool        *pgxpool.Pool
 	engine      *engine.Engine
 	interceptor *intercept.Interceptor
@@ -67,7 +68,7 @@ func newTrellisSide(ctx context.Context, cfg Config, upURL string, reg *promethe
 		}
 		log.Info("catalog ready", "schema", cfg.Schema)
 	}
-	t := &trellisSide{pool: pool, engine: e, database: pc.ConnConfig.Database}
+	t := &trellisSide{migrate: migrate, pool: pool, engine: e, database: pc.ConnConfig.Database}
 	t.interceptor = intercept.New(intercept.Config{
 		Engine: e, Schema: cfg.Schema, Database: t.database, Logger: log, Migrate: migrate,
 		MetricsText: func() string { return metricsText(reg) },
