@@ -117,6 +117,7 @@ type summary struct {
 	ProxyToBnc float64            // median over reps of proxy / pgbouncer
 	Drift      float64            // median head→tail drift of the control
 	MaxDrift   float64            // the largest |drift| seen
+	CPU        map[string]float64 // forwarder path → median CPU µs per transaction or row (filled by report)
 	Reps       int
 }
 

@@ -68,7 +68,8 @@ func TestB1Goals(t *testing.T) {
 		"select-extended/c1": {
 			MedianP50: map[string]float64{pathDirect: 0.100, pathProxy: 0.120, pathBouncer: 0.120},
 		},
-		"copy-in": {ToControl: map[string]float64{pathProxy: 0.95}},
+		"copy-in":          {ToControl: map[string]float64{pathProxy: 0.95}},
+		"select-simple/c8": {CPU: map[string]float64{pathProxy: 30, pathBouncer: 12}},
 	}
 	checks := b1Goals(sums, map[string]float64{pathProxy: 40})
 	byKey := map[string]goalCheck{}
@@ -93,6 +94,7 @@ func TestB1Goals(t *testing.T) {
 	expect("tpcb/c8 proxy/direct", nil)
 	expect("idle-connections proxy RSS per idle connection", ptr(true))
 	expect("instructions instructions per simple query proxy/pgbouncer", nil)
+	expect("select-simple/c8 CPU per simple query proxy/pgbouncer", ptr(false)) // 2.5×
 	if _, ok := byKey["connect/c8 proxy/direct"]; ok {
 		t.Error("the -C goal appears only when that mode ran")
 	}
