@@ -70,16 +70,20 @@ func TestEmbedded(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), "show server_version").Scan(&v); err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{"/livez": "ok", "/readyz": "ok", "/metrics": "trellis_client_sessions_active 1"} {
-		resp, err := http.Get("http://" + info.HTTPAddr.String() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
-		}
+	// /readyz also waits for the staging worker to take its lock.
+	for path, want := range map[string]string{"/livez": "ok", "/readyz": "ok", "/metrics": `trellis_proxy_client_sessions{trellis_instance="postgres/trellis"} 1`} {
+		var code int
+		var body []byte
+		eventually(t, 30*time.Second, path, func() bool {
+			resp, err := http.Get("http://" + info.HTTPAddr.String() + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code = resp.StatusCode
+			return code == 200 && strings.Contains(string(body), want)
+		})
 	}
 	conn.Close(t.Context())
 	cancel()

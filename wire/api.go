@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
@@ -184,20 +185,52 @@ func (s *SessionInfo) setServerParameter(name, value string) {
 }
 
 // Metrics receives the wire layer's events; cmd adapts it to Prometheus.
-// Implementations must be safe for concurrent use. Nil means none.
+// Implementations must be safe for concurrent use. Nil means none. Every
+// event is per connection, per statement or per error, never per relayed
+// message: relayed bytes and messages are counted by the session itself and
+// read with Server.Relayed, so the hot path pays no interface call.
 type Metrics interface {
+	ConnectionAccepted() // every accepted client socket, cancel requests included
 	SessionOpened()
 	SessionClosed(outcome string) // "ok", "client_error", "upstream_error", "shutdown", "refused", "auth_failed"
+	// SessionReady reports the time from accept to the first ReadyForQuery.
+	SessionReady(d time.Duration)
+	// TLSHandshake reports a client-leg handshake: "ok" or "failed".
+	TLSHandshake(outcome string)
+	// UpstreamDialed reports one upstream connect (TCP and TLS): its
+	// duration and whether it succeeded.
+	UpstreamDialed(d time.Duration, ok bool)
 	Intercepted(kind string)
 	CancelRouted(result string) // "upstream", "local", "unknown"
+	// ErrorSent reports an ErrorResponse sent to a client: relayed from
+	// upstream (source "upstream") or produced by the proxy ("proxy").
+	ErrorSent(source, sqlstate string)
+}
+
+// RelayStats are the totals of relayed protocol traffic after startup, per
+// direction, since the server started.
+type RelayStats struct {
+	ClientToServerBytes, ClientToServerMessages uint64 // read from clients
+	ServerToClientBytes, ServerToClientMessages uint64 // read from upstreams
+}
+
+// relayCounters are one session's RelayStats. Only the session's pumps add
+// (one writer per direction, so the adds are uncontended); Relayed reads.
+type relayCounters struct {
+	c2sBytes, c2sMsgs, s2cBytes, s2cMsgs atomic.Uint64
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) SessionOpened()       {}
-func (nopMetrics) SessionClosed(string) {}
-func (nopMetrics) Intercepted(string)   {}
-func (nopMetrics) CancelRouted(string)  {}
+func (nopMetrics) ConnectionAccepted()                {}
+func (nopMetrics) SessionOpened()                     {}
+func (nopMetrics) SessionClosed(string)               {}
+func (nopMetrics) SessionReady(time.Duration)         {}
+func (nopMetrics) TLSHandshake(string)                {}
+func (nopMetrics) UpstreamDialed(time.Duration, bool) {}
+func (nopMetrics) Intercepted(string)                 {}
+func (nopMetrics) CancelRouted(string)                {}
+func (nopMetrics) ErrorSent(string, string)           {}
 
 // TextField is a FieldDescription of a text column, for synthesized results.
 func TextField(name string) pgproto3.FieldDescription {

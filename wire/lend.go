@@ -212,6 +212,7 @@ func (w *resultWriter) Notice(n *pgerr.Error) error {
 }
 
 func (w *resultWriter) Error(e *pgerr.Error) error {
+	w.s.srv.metrics.ErrorSent("proxy", e.Code)
 	return w.raw(encodeError(w.s.wbuf[:0], e, false, w.s.srv.log))
 }
 

@@ -107,6 +107,8 @@ func (s *session) clientToServer() {
 		}
 		hdr[0] = typ
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
+		s.relayed.c2sMsgs.Add(1)
+		s.relayed.c2sBytes.Add(uint64(n) + 5)
 
 		// Copy-in: Postgres ignores Sync between the COPY and the copy data
 		// (protocol docs, "COPY Operations"), so those Syncs owe nothing.
@@ -525,6 +527,8 @@ func (s *session) serverToClient() string {
 		}
 		hdr[0] = typ
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
+		s.relayed.s2cMsgs.Add(1)
+		s.relayed.s2cBytes.Add(uint64(n) + 5)
 		inspect := typ
 		if n > maxInspect {
 			inspect = 0 // absurdly large: relay it without decoding
@@ -548,9 +552,12 @@ func (s *session) serverToClient() string {
 			if typ == 'E' {
 				s.markError()
 				var er pgproto3.ErrorResponse
-				if er.Decode(body) == nil && (er.Severity == "FATAL" || er.Severity == "PANIC") {
-					fatalErr = true
-					s.log.Debug("upstream FATAL", "sqlstate", er.Code, "message", er.Message)
+				if er.Decode(body) == nil {
+					s.srv.metrics.ErrorSent("upstream", er.Code)
+					if er.Severity == "FATAL" || er.Severity == "PANIC" {
+						fatalErr = true
+						s.log.Debug("upstream FATAL", "sqlstate", er.Code, "message", er.Message)
+					}
 				}
 			}
 			if err := s.writeFrame(typ, body); err != nil {

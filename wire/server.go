@@ -71,6 +71,7 @@ type Server struct {
 	closing  bool
 	nextID   atomic.Uint64
 	active   atomic.Int64
+	closed   RelayStats // relayed by ended sessions; guarded by mu
 	wg       sync.WaitGroup
 	idle     chan struct{} // signalled when a session ends
 }
@@ -262,6 +263,9 @@ func (s *Server) addSession(sess *session) bool {
 func (s *Server) removeSession(sess *session) {
 	s.mu.Lock()
 	delete(s.sessions, sess)
+	// Move the session's traffic into the totals under mu, so Relayed never
+	// sees it twice or not at all.
+	s.closed.add(&sess.relayed)
 	if sess.key.ProcessID != 0 && s.keys[sess.key.ProcessID] == sess {
 		delete(s.keys, sess.key.ProcessID)
 	}
@@ -270,6 +274,25 @@ func (s *Server) removeSession(sess *session) {
 	case s.idle <- struct{}{}:
 	default:
 	}
+}
+
+// Relayed returns the relayed traffic of every session, live and ended.
+// It costs a few atomic loads per live session.
+func (s *Server) Relayed() RelayStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.closed
+	for sess := range s.sessions {
+		r.add(&sess.relayed)
+	}
+	return r
+}
+
+func (r *RelayStats) add(c *relayCounters) {
+	r.ClientToServerBytes += c.c2sBytes.Load()
+	r.ClientToServerMessages += c.c2sMsgs.Load()
+	r.ServerToClientBytes += c.s2cBytes.Load()
+	r.ServerToClientMessages += c.s2cMsgs.Load()
 }
 
 // mintKey registers sess under a fresh proxy-minted key whose secret has the

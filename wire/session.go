@@ -50,6 +50,9 @@ type session struct {
 	clientGone  atomic.Bool
 	wakePending atomic.Bool
 
+	relayed  relayCounters
+	accepted time.Time
+
 	sbuf []byte   // server→client pump scratch
 	wbuf []byte   // encode scratch for synthesized frames
 	held [][]byte // async frames held while a unit borrows the upstream
@@ -66,6 +69,8 @@ func (s *Server) handle(conn net.Conn) {
 		info: &SessionInfo{ID: id, RemoteAddr: conn.RemoteAddr()},
 		log:  s.log.With("session", id, "client", conn.RemoteAddr().String())}
 	sess.info.setTxStatus('I')
+	sess.accepted = time.Now()
+	s.metrics.ConnectionAccepted()
 	sess.ctx, sess.cancel = context.WithCancel(context.Background())
 	defer sess.cancel()
 	if !s.addSession(sess) {
@@ -187,8 +192,10 @@ func (s *session) run() string {
 				tc := tls13Server(&prefixConn{Conn: s.client, prefix: b[:]}, cfg)
 				if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
 					s.log.Debug("client direct TLS handshake failed", "error", err)
+					srv.metrics.TLSHandshake("failed")
 					return "client_error"
 				}
+				srv.metrics.TLSHandshake("ok")
 				if tc.ConnectionState().NegotiatedProtocol != "postgresql" {
 					// Required by the protocol, so a non-Postgres TLS client
 					// cannot be confused for one (ALPN).
@@ -227,8 +234,10 @@ func (s *session) run() string {
 			tc := tls13Server(s.client, srv.cfg.TLS)
 			if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
 				s.log.Debug("client TLS handshake failed", "error", err)
+				srv.metrics.TLSHandshake("failed")
 				return "client_error"
 			}
+			srv.metrics.TLSHandshake("ok")
 			s.mu.Lock()
 			s.client = tc
 			s.mu.Unlock()
@@ -281,7 +290,9 @@ func (s *session) run() string {
 	defer func() { srv.metrics.SessionClosed(outcome) }()
 
 	// S1: dial upstream.
+	dialStart := time.Now()
 	up, upTLS, err := srv.dialUpstream(s.ctxWithDeadline(deadline))
+	srv.metrics.UpstreamDialed(time.Since(dialStart), err == nil)
 	if err != nil {
 		s.log.Warn("dialing upstream failed", "error", err, "sqlstate", pgerr.ConnectionFailure)
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not connect to upstream server: %v", err))
@@ -325,6 +336,8 @@ func (s *session) run() string {
 	s.mu.Lock()
 	s.ready = true
 	s.mu.Unlock()
+	srv.metrics.SessionReady(time.Since(s.accepted))
+	s.log.Debug("session started", "tls", s.info.TLS)
 	if _, repl := s.info.Params["replication"]; !repl {
 		s.intercept = srv.intercep
 	}

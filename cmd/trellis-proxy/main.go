@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
 )
@@ -126,6 +127,17 @@ func newFlagSet(cfg *proxy.Config) (*flag.FlagSet, map[string]string) {
 	fs.DurationVar(&cfg.CallBudget, "call-budget", cfg.CallBudget, "budget of one Trellis statement or proxy call")
 	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", cfg.LockTimeout, "lock_timeout for the proxy's statements")
 	groups["pool-wait-timeout"], groups["call-budget"], groups["lock-timeout"] = "engine", "engine", "engine"
+	// D17: the engine's intervals are ordinary flags; 0 keeps the default.
+	dur := func(p *time.Duration, name, usage string) {
+		fs.DurationVar(p, name, *p, usage)
+		groups[name] = "tuning"
+	}
+	dur(&cfg.SealInterval, "seal-interval", "staging probes for new changes this often (0: 50ms)")
+	dur(&cfg.PollInterval, "poll-interval", "idle drain workers re-check this often without a wake-up (0: 1s)")
+	dur(&cfg.Heartbeat, "heartbeat", "workers' heartbeat interval (0: 10s)")
+	dur(&cfg.WorkerTTL, "worker-ttl", "a worker silent this long counts as dead (0: 30s)")
+	dur(&cfg.TakeoverInterval, "takeover-interval", "standbys retry the staging lock this often (0: 2s)")
+	groups["u"] = "proxy"
 	return fs, groups
 }
 
@@ -170,6 +182,7 @@ func flagHint(err error) string {
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
+	_, groups := newFlagSet(new(proxy.Config))
 	fmt.Fprintf(w, `Usage: trellis-proxy [serve] [flags]     run the proxy (the default)
        trellis-proxy migrate [flags]     create or upgrade the catalog, then exit
        trellis-proxy status|dump|health [-d URL]
@@ -180,8 +193,18 @@ Client commands connect to -d/--database-url or TRELLIS_DATABASE_URL
 (default %s).
 
 `, defaultDatabaseURL)
-	fmt.Fprintf(w, "Every flag can also be set by TRELLIS_<FLAG> (upper case, - as _).\n\nFlags:\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "Every flag can also be set by TRELLIS_<FLAG> (upper case, - as _).\n")
+	// One heading per group, each flag as flag.PrintDefaults prints it.
+	for _, g := range []struct{ name, title string }{{"proxy", "Proxy"}, {"engine", "Engine"}, {"embedded", "Embedded cluster"}, {"tuning", "Engine tuning (D17)"}} {
+		fmt.Fprintf(w, "\n%s flags:\n", g.title)
+		one := flag.NewFlagSet("", flag.ContinueOnError)
+		fs.VisitAll(func(f *flag.Flag) {
+			if groups[f.Name] == g.name {
+				one.Var(f.Value, f.Name, f.Usage)
+				one.Lookup(f.Name).DefValue = f.DefValue
+			}
+		})
+		one.SetOutput(w)
+		one.PrintDefaults()
+	}
 }

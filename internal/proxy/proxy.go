@@ -59,6 +59,20 @@ type Config struct {
 	PoolWaitTimeout time.Duration
 	CallBudget      time.Duration
 	LockTimeout     time.Duration
+
+	// Engine tuning knobs (D17); zero takes the engine's default.
+	SealInterval     time.Duration // staging: probe for new changes (50ms)
+	PollInterval     time.Duration // idle drain workers re-check (1s)
+	Heartbeat        time.Duration // worker heartbeat (10s)
+	WorkerTTL        time.Duration // a silent worker counts as dead (30s)
+	TakeoverInterval time.Duration // standbys retry the staging lock (2s)
+
+	// MetricsInterval is how often the engine gauges are read from the
+	// catalog (surface §13: 300ms); not a flag.
+	MetricsInterval time.Duration
+	// ProcessID names this process in the fleet (default host:pid); tests
+	// that run several proxies in one process set it.
+	ProcessID string
 }
 
 // Default returns the documented defaults.
@@ -137,7 +151,8 @@ func (c *Config) Validate() error {
 		flag string
 		v    time.Duration
 	}{{"shutdown-grace", c.ShutdownGrace}, {"auth-timeout", c.AuthTimeout}, {"pool-wait-timeout", c.PoolWaitTimeout},
-		{"call-budget", c.CallBudget}, {"lock-timeout", c.LockTimeout}} {
+		{"call-budget", c.CallBudget}, {"lock-timeout", c.LockTimeout}, {"seal-interval", c.SealInterval},
+		{"poll-interval", c.PollInterval}, {"heartbeat", c.Heartbeat}, {"worker-ttl", c.WorkerTTL}, {"takeover-interval", c.TakeoverInterval}} {
 		if d.v < 0 {
 			return &FlagError{d.flag, "must not be negative"}
 		}
@@ -236,12 +251,17 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	metrics := NewMetrics(reg)
+	// Every trellis_* series and every log record carries the instance
+	// (surface §14, §15).
+	inst := instanceName(upURL, cfg.Schema)
+	instReg := prometheus.WrapRegistererWith(prometheus.Labels{InstanceLabel: inst}, reg)
+	log = log.With(InstanceLabel, inst)
+	metrics := NewMetrics(instReg)
 
 	interceptor := opts.Interceptor
 	var side *trellisSide
 	if !opts.RelayOnly {
-		side, err = newTrellisSide(ctx, cfg, upURL, reg, log)
+		side, err = newTrellisSideMetrics(ctx, cfg, upURL, reg, instReg, log)
 		if err != nil {
 			return err
 		}
@@ -250,14 +270,18 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 			interceptor = side.interceptor
 		}
 	}
+	if _, pass := interceptor.(wire.PassThrough); interceptor != nil && !pass {
+		interceptor = timedInterceptor{Interceptor: interceptor, m: metrics}
+	}
 
 	srv, err := wire.NewServer(wire.Config{
-		Upstream: upCfg, TLS: tlsCfg, Interceptor: interceptor, Logger: log, Metrics: metrics,
+		Upstream: upCfg, TLS: tlsCfg, Interceptor: interceptor, Logger: log.With("component", "wire"), Metrics: metrics,
 		MaxClientConns: cfg.MaxClientConns, MaxMessageSize: cfg.MaxMessageSize, AuthTimeout: cfg.AuthTimeout,
 	})
 	if err != nil {
 		return err
 	}
+	metrics.setRelayed(srv.Relayed)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return &FlagError{"listen", err.Error()}
@@ -282,7 +306,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return nil
 	})
 	if hln != nil {
-		hs := &http.Server{Handler: httpHandler(reg, upCfg), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
+		var ready func(context.Context) error
+		if side != nil {
+			ready = side.ready
+		}
+		hs := &http.Server{Handler: httpHandler(reg, upCfg, ready), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
 		g.Go(func() error {
 			if err := hs.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -383,47 +411,70 @@ func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return r.cached, nil
 }
 
-// httpHandler serves /metrics, /livez and a minimal /readyz (upstream
-// reachable, cached 1 s).
-func httpHandler(reg *prometheus.Registry, up wire.UpstreamConfig) http.Handler {
+// httpHandler serves /metrics, /livez and /readyz (surface §16). ready, when
+// set, checks the catalog and the fleet after the upstream is reachable; the
+// answer is cached for 1 s so probes from many places cost one check.
+func httpHandler(reg *prometheus.Registry, up wire.UpstreamConfig, ready func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true})
+	getOnly := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				return
+			}
+			h(w, r)
 		}
+	}
+	mux.HandleFunc("/metrics", getOnly(metrics.ServeHTTP))
+	mux.HandleFunc("/livez", getOnly(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
-	})
+	}))
 	var (
 		mu      sync.Mutex
 		checked time.Time
 		lastErr error
 	)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
+	check := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		d := net.Dialer{}
+		c, err := d.DialContext(ctx, up.Network, up.Address)
+		if err != nil {
+			return fmt.Errorf("upstream unreachable: %s", oneLine(err))
 		}
+		c.Close()
+		if ready != nil {
+			return ready(ctx)
+		}
+		return nil
+	}
+	mux.HandleFunc("/readyz", getOnly(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		if time.Since(checked) > time.Second {
-			d := net.Dialer{Timeout: 2 * time.Second}
-			c, err := d.DialContext(r.Context(), up.Network, up.Address)
-			if err == nil {
-				c.Close()
-			}
-			lastErr, checked = err, time.Now()
+		if time.Since(checked) >= time.Second {
+			// The check outlives a probe that gives up: the next one reuses it.
+			lastErr, checked = check(context.WithoutCancel(r.Context())), time.Now()
 		}
 		err := lastErr
 		mu.Unlock()
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "upstream unreachable: "+err.Error())
+			io.WriteString(w, err.Error())
 			return
 		}
 		io.WriteString(w, "ok")
-	})
+	}))
 	return mux
+}
+
+// instanceName is the trellis_instance label: "<database>/<catalog schema>".
+func instanceName(upURL, schema string) string {
+	db := "postgres"
+	if pc, err := pgconn.ParseConfig(upURL); err == nil && pc.Database != "" {
+		db = pc.Database
+	}
+	return db + "/" + schema
 }
 
 // openUpstream finds the upstream: the --upstream URL, checked reachable, or
