@@ -37,6 +37,7 @@ type catalogPoller struct {
 	applied      float64
 	capturedRows float64
 	lastWarn     map[string]time.Time
+	since        map[string]time.Time // when a worker kind was first seen missing
 }
 
 type transformSnap struct {
@@ -71,7 +72,7 @@ func newCatalogPoller(pool *pgxpool.Pool, schema, processID string, interval tim
 		interval = 300 * time.Millisecond
 	}
 	return &catalogPoller{pool: pool, schema: pgx.Identifier{schema}.Sanitize(), processID: processID, interval: interval,
-		log: log.With("component", "engine"), counted: map[int64]bool{}, captured: map[int64]bool{}, lastWarn: map[string]time.Time{}}
+		log: log.With("component", "engine"), counted: map[int64]bool{}, captured: map[int64]bool{}, lastWarn: map[string]time.Time{}, since: map[string]time.Time{}}
 }
 
 // run polls until ctx ends. A poll that takes long stretches the interval
@@ -267,14 +268,25 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 	return s, br.Close()
 }
 
+func (p *catalogPoller) missing(now time.Time, what string, gone bool, msg string) {
+	if !gone {
+		delete(p.since, what)
+		return
+	}
+	if _, ok := p.since[what]; !ok {
+		p.since[what] = now
+	}
+	if now.Sub(p.since[what]) >= 5*time.Second {
+		p.warnEvery(what, time.Minute, msg, "since", p.since[what].Format(time.RFC3339))
+	}
+}
+
 // transitions logs what changed between two snapshots (surface §15).
 func (p *catalogPoller) transitions(prev, cur *catalogSnapshot) {
-	if !cur.stagingLive {
-		p.warnEvery("staging", time.Minute, "no live staging worker in the fleet")
-	}
-	if cur.drainLive == 0 {
-		p.warnEvery("drain", time.Minute, "no live drain worker in the fleet")
-	}
+	// A fleet starting up or handing the staging role over is briefly
+	// without a worker: warn once the gap has lasted 5 s, then once a minute.
+	p.missing(cur.at, "staging", !cur.stagingLive, "no live staging worker in the fleet")
+	p.missing(cur.at, "drain", cur.drainLive == 0, "no live drain worker in the fleet")
 	if prev == nil {
 		return
 	}

@@ -50,9 +50,11 @@ type Metrics struct {
 	relayed atomic.Pointer[func() wire.RelayStats]
 }
 
-// sessionOutcomes are wire's outcomes, exported from the start at 0 so a
-// rate() over them works from the first scrape.
-var sessionOutcomes = []string{"ok", "client_error", "client_gone", "upstream_error", "shutdown", "refused", "auth_failed", "cancel"}
+// sessionOutcomes map wire's outcomes to surface §14's, all exported from the
+// start at 0 so a rate() over them works from the first scrape. A client
+// that leaves (with or without Terminate) ended normally.
+var sessionOutcomes = map[string]string{"ok": "ok", "client_gone": "ok", "client_error": "protocol_error",
+	"upstream_error": "upstream_error", "shutdown": "shutdown", "refused": "refused", "auth_failed": "auth_failed"}
 
 // NewMetrics registers the wire metrics on reg (wrap it with the instance
 // label first).
@@ -79,8 +81,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	tls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_tls_handshakes_total", Help: "Client-leg TLS handshakes by outcome."}, []string{"outcome"})
 	m.tlsOK, m.tlsFailed = tls.WithLabelValues("ok"), tls.WithLabelValues("failed")
 	m.sessionsBy = map[string]prometheus.Counter{}
-	for _, o := range sessionOutcomes {
-		m.sessionsBy[o] = m.sessions.WithLabelValues(o)
+	for wireName, name := range sessionOutcomes {
+		m.sessionsBy[wireName] = m.sessions.WithLabelValues(name)
 	}
 	cancels := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_proxy_cancel_requests_total", Help: "CancelRequests by outcome."}, []string{"outcome"})
 	m.cancels = map[string]prometheus.Counter{
