@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,4 +372,133 @@ func TestReadyzFollowsStagingWorker(t *testing.T) {
 	if s := scrape(t, b); s[`trellis_staging_worker_held{}`] != 0 {
 		t.Errorf("b claims the staging lock: %v", s[`trellis_staging_worker_held{}`])
 	}
+}
+
+// BenchmarkScrape measures one GET /metrics with 100 transforms in the
+// catalog and 1,000 client connections open on the proxy. The connections
+// are held before startup: the scrape walks every one of them (relayed
+// traffic is summed per session) while a real session each would need 1,000
+// Postgres backends. cpu-ms/op is the process's user+system CPU per scrape,
+// everything included (the engine's workers and the poller run meanwhile).
+func BenchmarkScrape(b *testing.B) {
+	c := pgcluster.ForTest(b)
+	db := fmt.Sprintf("obs_bench_%d", time.Now().UnixNano()%1e6)
+	admin := connectURL(b, c.URL("postgres"))
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+db); err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+	h := startBench(b, c.URL(db))
+	conn := connectURL(b, h.url("postgres", "", db, ""))
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, region int, price numeric)`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO orders SELECT g, g % 10, g FROM generate_series(1, 1000) g`); err != nil {
+		b.Fatal(err)
+	}
+	const transforms, clients = 100, 1000
+	for i := 0; i < transforms; i++ {
+		stmt := fmt.Sprintf(`TRANSFORM t%03d FROM orders SELECT price + %d AS v`, i, i)
+		if i%2 == 1 {
+			stmt = fmt.Sprintf(`TRANSFORM t%03d FROM orders GROUP BY region SELECT SUM(price) AS s%d`, i, i)
+		}
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var live int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM trellis.status WHERE status = 'live'`).Scan(&live); err != nil {
+			b.Fatal(err)
+		}
+		if live == transforms {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d transforms live", live, transforms)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := 0; i < clients; i++ {
+		c, err := net.Dial("tcp", h.Addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(time.Second) // let the poller see everything
+	url := "http://" + h.info.HTTPAddr.String() + "/metrics"
+	get := func() int {
+		resp, err := http.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return int(n)
+	}
+	size := get()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		get()
+	}
+	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(size), "bytes/scrape")
+	var poll float64
+	for _, line := range strings.Split(func() string {
+		resp, err := http.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}(), "\n") {
+		if strings.HasPrefix(line, "trellis_metrics_poll_seconds{") {
+			fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%g", &poll)
+		}
+	}
+	b.ReportMetric(poll*1000, "poll-ms")
+}
+
+// startBench is start for a benchmark: the engine on, HTTP on.
+func startBench(b *testing.B, upstream string) *harness {
+	cfg := proxy.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.HTTPListen = "127.0.0.1:0"
+	cfg.Upstream = upstream
+	cfg.ShutdownGrace = 5 * time.Second
+	cfg.AuthTimeout = 10 * time.Minute
+	cfg.SealInterval = 10 * time.Millisecond
+	cfg.TakeoverInterval = 200 * time.Millisecond
+	ready := make(chan proxy.Info, 1)
+	opts := proxy.Options{Ready: func(i proxy.Info) { ready <- i },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- proxy.Run(ctx, cfg, opts) }()
+	select {
+	case h.info = <-ready:
+	case err := <-h.done:
+		b.Fatal(err)
+	}
+	h.Addr = h.info.Addr.String()
+	b.Cleanup(func() {
+		cancel()
+		<-h.done
+	})
+	return h
 }
