@@ -35,10 +35,18 @@ const typeNameSQL = `SELECT CASE WHEN t.typnamespace = 'pg_catalog'::regnamespac
 // target and its ledger (owned by the calling role), records the definition
 // waiting_to_backfill and wakes the staging worker at commit. Background work
 // starts only once the transaction commits; a rollback undoes everything.
-func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (*Defined, error) {
+func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, err error) {
 	if err := spec.check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
+	// All or nothing even on an autocommit handle: a definition row seen
+	// without its reads would be built without capture. A pgx.Tx gets a
+	// savepoint; a client's connection is already inside its transaction.
+	q, done, err := atomically(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = done(err) }()
 	c := &compiled{Spec: spec}
 	var workerRole string
 	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.tbl("_instance"))).Scan(&workerRole); err != nil {
@@ -49,7 +57,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (*Defined, er
 	var srcOID uint32
 	var relkind, persistence string
 	var partition, inherits bool
-	err := q.QueryRow(ctx, `
+	err = q.QueryRow(ctx, `
 		SELECT c.oid, c.relkind::text, c.relpersistence::text, c.relispartition,
 		       EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid OR inhparent = c.oid),
 		       format('%I.%I', n.nspname, c.relname)
@@ -153,7 +161,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (*Defined, er
 	if err != nil {
 		return nil, err
 	}
-	d := &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.kind()}
+	d = &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.kind()}
 	err = q.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (target_table, target_oid, ledger_oid, owner_role, kind,
 			source_table, source_oid, definition_sql, compiled, status)
 		VALUES ($1, $2::regclass, $3::regclass, (SELECT oid FROM pg_roles WHERE rolname = current_user), $4, $5, $6, $7, $8, 'waiting_to_backfill')
@@ -462,14 +470,19 @@ func (c *compiled) createSQL(workerRole string) []string {
 
 // Drop removes a definition, its target and its ledger in the caller's
 // transaction. Capture no reader needs is removed by the next staging pass.
-func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) error {
+func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err error) {
 	if target.Schema == "" {
 		target.Schema = e.cfg.TargetSchema
 	}
+	q, done, err := atomically(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer func() { err = done(err) }()
 	var id int64
 	var raw []byte
 	var text string
-	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT id, compiled, target_table FROM %s
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT id, compiled, target_table FROM %s
 		WHERE target_table = format('%%I.%%I', $1::text, $2::text) FOR UPDATE`, e.tbl("_definitions")),
 		target.Schema, target.Name).Scan(&id, &raw, &text)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -503,4 +516,27 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) error {
 	}
 	_, err = q.Exec(ctx, "SELECT pg_notify($1, 'drop')", e.channel("wake"))
 	return err
+}
+
+// atomically runs a multi-statement catalog change in one transaction when
+// q can begin one (a pool or connection: a new transaction; a pgx.Tx: a
+// savepoint). Other Queriers must already be inside a transaction.
+func atomically(ctx context.Context, q Querier) (Querier, func(error) error, error) {
+	b, ok := q.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return q, func(err error) error { return err }, nil
+	}
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, func(err error) error {
+		if err != nil {
+			tx.Rollback(context.Background())
+			return err
+		}
+		return tx.Commit(ctx)
+	}, nil
 }

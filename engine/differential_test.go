@@ -6,9 +6,12 @@ package engine
 // from bare column names, independently of the engine's compiler.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -173,6 +176,7 @@ type diffRun struct {
 	keys      map[string][]string // table -> key columns
 	defs      []*dDef
 	minChains int
+	logs      *syncBuffer
 	commits   atomic.Int64
 	faults    atomic.Int64
 }
@@ -479,11 +483,18 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 		cancel()
 	}
 	dr.genDefs()
+	for _, d := range dr.defs {
+		t.Logf("seed %d: %s <- %s key %v group %v fields %v", seed, d.name, d.src, d.key, d.group, d.fields)
+	}
 	cfg := fastConfig()
 	cfg.PageSize = 1 + r.IntN(50) // several pages per bucket
 	cfg.BuildChunkSize = 5 + r.IntN(40)
 	cfg.DrainWorkers = 2
+	var logBuf syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	plant.keepLog = true
 	set := &engineSet{t: t, pool: pool, cfg: cfg, plant: plant}
+	dr.logs = &logBuf
 	defer set.stopAll()
 	e := set.start()
 	set.start() // two engines drain at once
@@ -599,6 +610,7 @@ func (dr *diffRun) compareAll() []string {
 func diffSeeds() []uint64 {
 	seeds := append([]uint64{}, pinnedSeeds...)
 	if s := os.Getenv("TRELLIS_DIFF_SEEDS"); s != "" {
+		seeds = nil
 		for _, f := range strings.Split(s, ",") {
 			v, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
 			if err == nil {
@@ -685,7 +697,74 @@ func (dr *diffRun) diagnose(d *dDef) string {
 			"SELECT "+strings.Join(gs, ", ")+", count(*) FROM "+ledger+" WHERE member GROUP BY "+strings.Join(gs, ", "))
 		fmt.Fprintf(&b, "ledger audit (target vs ledger): %s\n", audit)
 	}
-	rows, _ := dr.pool.Query(ctx, `SELECT format('%s', row(id, status, version, build_id)) FROM trellis._definitions ORDER BY id`)
+	var raw []byte
+	if d.upstream == nil && dr.pool.QueryRow(ctx, `SELECT compiled FROM trellis._definitions WHERE target_table = 'public.' || $1`, d.name).Scan(&raw) == nil {
+		c := &compiled{}
+		json.Unmarshal(raw, c)
+		led := "SELECT k FROM " + ledger
+		if len(d.group) > 0 {
+			led += " WHERE member"
+		}
+		src := "SELECT " + keySQL("x", c.Key, c.KeyNullable) + " FROM " + d.src + " x"
+		for _, dir := range [][3]string{{src, led, "in source, not in ledger"}, {led, src, "in ledger, not in source"}} {
+			rows, err := dr.pool.Query(ctx, "SELECT to_json(k)::text FROM (("+dir[0]+") EXCEPT ("+dir[1]+")) y(k) LIMIT 10")
+			if err == nil {
+				var ks []string
+				for rows.Next() {
+					var k string
+					rows.Scan(&k)
+					ks = append(ks, k)
+				}
+				rows.Close()
+				fmt.Fprintf(&b, "%s: %v\n", dir[2], ks)
+			}
+		}
+		fmt.Fprintf(&b, "key %+v nullable %v\n", c.Key, c.KeyNullable)
+		// Where the mismatched keys' changes went: batch of each log row.
+		rows, err := dr.pool.Query(ctx, `SELECT format('%s', row(c.key, c.op, c.change_id, c.txid, c.origin_lsn,
+			  (SELECT min(b.seq) FROM trellis._batches b WHERE pg_visible_in_snapshot(c.txid, b.snap)), c.staged_at))
+			FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IN ((`+src+` EXCEPT `+led+`) UNION ALL (`+led+` EXCEPT `+src+`))
+			ORDER BY c.change_id LIMIT 40`, d.src)
+		if err == nil {
+			for rows.Next() {
+				var s string
+				rows.Scan(&s)
+				b.WriteString("  log " + s + "\n")
+			}
+			rows.Close()
+		} else {
+			b.WriteString(err.Error())
+		}
+		rows, err = dr.pool.Query(ctx, `SELECT format('%s', row(seq, snap, sealed_at, row_count, bucket_count, has_truncate, drained_at)) FROM trellis._batches ORDER BY seq LIMIT 200`)
+		if err == nil {
+			for rows.Next() {
+				var s string
+				rows.Scan(&s)
+				b.WriteString("  batch " + s + "\n")
+			}
+			rows.Close()
+		}
+		rows, err = dr.pool.Query(ctx, `SELECT format('%s', row(c.key, c.op, c.txid, c.staged_at)) FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IS NULL`, d.src)
+		if err == nil {
+			for rows.Next() {
+				var s string
+				rows.Scan(&s)
+				b.WriteString("  marker " + s + "\n")
+			}
+			rows.Close()
+		}
+		for _, line := range strings.Split(dr.logs.String(), "\n") {
+			if strings.Contains(line, "capture install") || strings.Contains(line, "build started") || strings.Contains(line, "staging worker started") {
+				b.WriteString("  " + line + "\n")
+			}
+		}
+	}
+	fmt.Fprintf(&b, "definitions: ")
+	for _, o := range dr.defs {
+		fmt.Fprintf(&b, "%s<-%s %v %v; ", o.name, o.src, o.group, o.fields)
+	}
+	b.WriteString("\n")
+	rows, _ := dr.pool.Query(ctx, `SELECT format('%s', row(id, status, version, build_id, created_at)) FROM trellis._definitions ORDER BY id`)
 	for rows.Next() {
 		var s string
 		rows.Scan(&s)
@@ -697,4 +776,21 @@ func (dr *diffRun) diagnose(d *dDef) string {
 	dr.pool.QueryRow(ctx, `SELECT count(*) FROM trellis._batches WHERE state <> 'drained'`).Scan(&batches)
 	fmt.Fprintf(&b, "\nlog rows %d, undrained batches %d", pending, batches)
 	return b.String()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

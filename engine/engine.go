@@ -137,6 +137,7 @@ type plants struct {
 	dropEveryNthKey     int  // skip one key in n on pages
 	convergedIsDrained  bool // answer convergence from batch states (H3)
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
+	keepLog             bool // never retire (diagnostics)
 	pageHook            func(stage string)
 }
 

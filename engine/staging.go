@@ -130,7 +130,10 @@ func (e *Engine) loadDefinitions(ctx context.Context, q Querier, where string) (
 			return nil, err
 		}
 		var rr [][2]string
-		json.Unmarshal(reads, &rr)
+		if err := json.Unmarshal(reads, &rr); err != nil {
+			rows.Close()
+			return nil, err
+		}
 		for _, r := range rr {
 			d.reads = append(d.reads, readRow{r[0], r[1]})
 		}
@@ -168,6 +171,7 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 		}
 		if !ok && time.Now().Before(deadline) {
 			ok, err = e.installCapture(ctx, conn, p)
+			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
 			if err != nil {
 				e.log.Warn("capture install failed", "table", t, "err", err)
 				if conn.IsClosed() {
@@ -184,7 +188,8 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 		if d.status != "waiting_to_backfill" {
 			continue
 		}
-		ready := true
+		// A definition without reads is never ready (it would build uncaptured).
+		ready := len(d.reads) > 0
 		for _, r := range d.reads {
 			if !captured[r.table] || (r.role == "upstream_target" && status[r.table] == "waiting_to_backfill") {
 				ready = false
@@ -254,7 +259,9 @@ func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake")); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	err = tx.Commit(ctx)
+	e.log.Info("build started", "definition", id, "build", build, "err", err)
+	return err
 }
 
 // tryLive flips a finished build to live. The definition row is locked
@@ -370,6 +377,9 @@ RETURNING batch_seq`, e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_batch_buc
 // retire deletes log rows applied by the newest drained batch, and batch
 // rows older than it (§12.11, H5).
 func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) error {
+	if e.plant.keepLog {
+		return nil
+	}
 	for i := 0; i < 20; i++ {
 		tag, err := conn.Exec(ctx, fmt.Sprintf(`
 WITH d AS (SELECT snap FROM %[1]s WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
