@@ -39,7 +39,7 @@ type StagingMode string
 
 const (
 	StagingAuto StagingMode = "auto" // take the staging lock when free (default)
-	StagingOn   StagingMode = "on"   // same, but Run fails if it cannot be taken within TakeoverInterval*3
+	StagingOn   StagingMode = "on"   // must stand for staging; for now it competes exactly like auto
 	StagingOff  StagingMode = "off"  // never stage
 )
 
