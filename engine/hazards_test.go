@@ -189,3 +189,80 @@ func TestKilledWorkersMidPage(t *testing.T) {
 	converge(t, e2)
 	assertSame(t, pool, `SELECT g, s, n FROM kpg`, `SELECT g, sum(v), count(*) FROM kp GROUP BY g`)
 }
+
+// H1: writers open across many seals, at every isolation level and inside
+// savepoints, land in exactly one batch; aborted writers in none.
+func TestSealWindowsExactlyOnce(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE h1 (id int PRIMARY KEY, v int)`)
+	e := New(pool, fastConfig())
+	defer e.Close()
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.workerRole = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, e.workers.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if ok, err := e.installCapture(ctx, conn, e.newCapturePlan("public.h1", []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)); !ok || err != nil {
+		t.Fatalf("install: %v %v", ok, err)
+	}
+	levels := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable, pgx.ReadCommitted, pgx.RepeatableRead}
+	var txs []pgx.Tx
+	id := 0
+	for i, lvl := range levels {
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: lvl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			exec(t, tx, `SAVEPOINT s`)
+		}
+		id++
+		exec(t, tx, `INSERT INTO h1 VALUES ($1, $1)`, id)
+		if i == 3 {
+			exec(t, tx, `RELEASE SAVEPOINT s`)
+			exec(t, tx, `SAVEPOINT s2`)
+			id++
+			exec(t, tx, `INSERT INTO h1 VALUES ($1, $1)`, id) // rolled back below
+			exec(t, tx, `ROLLBACK TO SAVEPOINT s2`)
+		}
+		txs = append(txs, tx)
+	}
+	for k := 0; k < 12; k++ {
+		id++
+		exec(t, pool, `INSERT INTO h1 VALUES ($1, $1)`, id) // committed at once
+		if _, err := e.seal(ctx, conn); err != nil {
+			t.Fatal(err)
+		}
+		// Stand in for the drains: the stager seals only while fewer than two batches wait.
+		exec(t, pool, `UPDATE trellis._batches SET state = 'drained'`)
+		if k < len(txs) {
+			if k == 2 {
+				txs[k].Rollback(ctx) // aborted writer
+			} else if err := txs[k].Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := e.seal(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	// Every visible log row is in exactly one batch window.
+	var bad, rows, inBatches int64
+	err = pool.QueryRow(ctx, `
+		WITH w AS (SELECT c.change_id, count(b.seq) n FROM trellis._change_log c
+		  LEFT JOIN trellis._batches b ON b.seq > 0 AND pg_visible_in_snapshot(c.txid, b.snap)
+		    AND NOT pg_visible_in_snapshot(c.txid, (SELECT p.snap FROM trellis._batches p WHERE p.seq = b.seq - 1))
+		  GROUP BY c.change_id)
+		SELECT count(*) FILTER (WHERE n <> 1), count(*), (SELECT coalesce(sum(row_count), 0) FROM trellis._batches) FROM w`).Scan(&bad, &rows, &inBatches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 || rows != inBatches || rows != count(t, pool, `SELECT * FROM h1`) {
+		t.Fatalf("%d of %d log rows not in exactly one batch; batches count %d; table has %d rows", bad, rows, inBatches, count(t, pool, `SELECT * FROM h1`))
+	}
+}
