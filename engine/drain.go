@@ -27,6 +27,8 @@ func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) err
 		if err != nil {
 			if !transient(err) {
 				e.log.Warn("drain step failed", "worker", id, "err", err)
+			} else {
+				e.log.Debug("drain step retried", "worker", id, "err", err)
 			}
 			backoff = min(max(backoff*2, 10*time.Millisecond), time.Second)
 			sleepCtx(ctx, backoff)
