@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 1
+const formatVersion = 2
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -122,6 +122,19 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
      AND NOT EXISTS (SELECT 1 FROM {{S}}._poison p
                      WHERE p.origin_lsn IS NULL OR p.origin_lsn <= token);
 $fn$;
+`,
+	// 2: quarantine (§12.12): deaths per (definition, table, key); build
+	// tasks record their SQLSTATE.
+	`
+CREATE TABLE {{S}}._key_deaths (
+  definition_id bigint NOT NULL REFERENCES {{S}}._definitions ON DELETE CASCADE,
+  src_table text NOT NULL, key text NOT NULL,
+  deaths int NOT NULL DEFAULT 0, last_error text, last_sqlstate text,
+  last_failed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (definition_id, src_table, key));
+CREATE INDEX ON {{S}}._key_deaths (src_table, key);
+CREATE INDEX ON {{S}}._poison (src_table, key);
+ALTER TABLE {{S}}._build_tasks ADD COLUMN last_sqlstate text;
 `,
 }
 
