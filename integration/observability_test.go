@@ -237,10 +237,14 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	var after scrapeResult
 	defer func() {
 		if t.Failed() {
-			t.Logf("before: %v\nafter: %v", before, after)
+			for _, k := range after.keys() {
+				if after[k] != before[k] {
+					t.Logf("%s: %v -> %v", k, before[k], after[k])
+				}
+			}
 		}
 	}()
-	eventually(t, 30*time.Second, "the poller to see the transform live and its changes applied", func() bool {
+	eventually(t, 60*time.Second, "the poller to see the transform live and its changes applied", func() bool {
 		after = scrape(t, h)
 		return after[`trellis_transform_status{status="live",transform="order_totals"}`] == 1 &&
 			after[`trellis_changes_applied_total{}`]-before[`trellis_changes_applied_total{}`] >= n &&
@@ -308,10 +312,13 @@ func TestMetricsLabelsBounded(t *testing.T) {
 			}
 			c.Close(context.Background())
 		}
+		// A snapshot taken after the round's writes, with nothing pending.
+		done := time.Now()
 		var s scrapeResult
-		eventually(t, 30*time.Second, "no pending changes", func() bool {
+		eventually(t, 60*time.Second, "a fresh snapshot without pending changes", func() bool {
 			s = scrape(t, h)
-			return s[`trellis_pending_changes{}`] == 0 && s[`trellis_proxy_client_sessions{}`] == 1
+			return s[`trellis_metrics_poll_age_seconds{}`] < time.Since(done).Seconds() &&
+				s[`trellis_pending_changes{}`] == 0 && s[`trellis_proxy_client_sessions{}`] == 1
 		})
 		return s
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
 )
@@ -62,5 +63,37 @@ func TestEnvironment(t *testing.T) {
 	cfg = proxy.Default()
 	if _, err := parse(&cfg, nil, lookup); err == nil || !strings.Contains(err.Error(), "TRELLIS_SHUTDOWN_GRACE") {
 		t.Fatalf("want an error naming TRELLIS_SHUTDOWN_GRACE, got %v", err)
+	}
+}
+
+// TestTuningFlags: the engine's knobs (D17) are flags with TRELLIS_*
+// variables, under their own heading in --help.
+func TestTuningFlags(t *testing.T) {
+	cfg := proxy.Default()
+	env := map[string]string{"TRELLIS_WORKER_TTL": "7s", "TRELLIS_SEAL_INTERVAL": "1s"}
+	_, err := parse(&cfg, []string{"--seal-interval", "5ms", "--poll-interval=20ms", "--heartbeat", "2s", "--takeover-interval", "300ms"},
+		func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SealInterval != 5*time.Millisecond || cfg.PollInterval != 20*time.Millisecond || cfg.Heartbeat != 2*time.Second ||
+		cfg.WorkerTTL != 7*time.Second || cfg.TakeoverInterval != 300*time.Millisecond {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.WorkerTTL = -time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--worker-ttl") {
+		t.Fatalf("negative --worker-ttl: %v", err)
+	}
+	var out, errb strings.Builder
+	if code := run([]string{"--help"}, &out, &errb); code != 0 {
+		t.Fatal(code)
+	}
+	help := out.String()
+	i := strings.Index(help, "Engine tuning")
+	if i < 0 || !strings.Contains(help[i:], "-takeover-interval") || strings.Contains(help[i:], "-listen") {
+		t.Fatalf("help:\n%s", help)
 	}
 }

@@ -76,7 +76,7 @@ func newCatalogPoller(pool *pgxpool.Pool, schema, processID string, interval tim
 }
 
 // run polls until ctx ends. A poll that takes long stretches the interval
-// (to 10x its duration) so a large backlog never makes the metrics a
+// (to 10x its duration, at most 10 s) so a large backlog never makes the metrics a
 // noticeable load on the database.
 func (p *catalogPoller) run(ctx context.Context) {
 	var prev *catalogSnapshot
@@ -96,7 +96,7 @@ func (p *catalogPoller) run(ctx context.Context) {
 			p.snap.Store(s)
 			prev = s
 		}
-		sleepCtx(ctx, max(p.interval, 10*took))
+		sleepCtx(ctx, min(max(p.interval, 10*took), 10*time.Second))
 	}
 }
 

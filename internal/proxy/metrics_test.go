@@ -70,3 +70,14 @@ func TestDashboardMetricsExist(t *testing.T) {
 		t.Fatalf("only %d metric references found in the dashboard", n)
 	}
 }
+
+// TestErrorClassBounded: the sqlstate_class label is two characters of a
+// SQLSTATE or "other", whatever an upstream sends.
+func TestErrorClassBounded(t *testing.T) {
+	for code, want := range map[string]string{"22012": "22", "42P01": "42", "XX000": "XX", "": "other", "2201": "other",
+		"zz000": "other", "22012 ": "other", "\x00\x01abc": "other"} {
+		if got := sqlstateClass(code); got != want {
+			t.Errorf("sqlstateClass(%q) = %q, want %q", code, got, want)
+		}
+	}
+}
