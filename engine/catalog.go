@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 2
+const formatVersion = 3
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -136,6 +136,14 @@ CREATE INDEX ON {{S}}._key_deaths (src_table, key);
 CREATE INDEX ON {{S}}._poison (src_table, key);
 ALTER TABLE {{S}}._build_tasks ADD COLUMN last_sqlstate text;
 `,
+	// 3: capture health (§12.9): the columns each read is bound to, the
+	// trigger xmins of an install; rebuild sweeps (RESUME, repairs).
+	`
+ALTER TABLE {{S}}._definition_reads ADD COLUMN bindings jsonb;
+ALTER TABLE {{S}}._captured_tables ADD COLUMN trigger_xmins jsonb, ADD COLUMN relfilenode oid;
+ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep'));
+`,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {
@@ -218,6 +226,9 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return err
 	}
 	if version == formatVersion {
+		if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions)); err != nil {
+			return fmt.Errorf("catalog functions: %w", err)
+		}
 		return tx.Commit(ctx)
 	}
 	for v := version; v < formatVersion; v++ {
@@ -233,6 +244,9 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions)); err != nil {
+		return fmt.Errorf("catalog functions: %w", err)
 	}
 	return tx.Commit(ctx)
 }

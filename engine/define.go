@@ -49,7 +49,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	defer func() { err = done(err) }()
 	c := &compiled{Spec: spec}
 	var workerRole string
-	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.tbl("_instance"))).Scan(&workerRole); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._instance_worker_role()", ident(e.cfg.Schema))).Scan(&workerRole); err != nil {
 		return nil, fmt.Errorf("reading the Trellis instance marker in %q (was Migrate run?): %w", e.cfg.Schema, err)
 	}
 
@@ -92,11 +92,11 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if len(c.Key) == 0 {
 		// An aggregate target of this instance is keyed by its groups.
 		var raw []byte
-		err := q.QueryRow(ctx, fmt.Sprintf("SELECT compiled FROM %s WHERE target_oid = $1", e.tbl("_definitions")), srcOID).Scan(&raw)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&raw)
+		if err != nil {
 			return nil, err
 		}
-		if err == nil {
+		if raw != nil {
 			upstream = &compiled{}
 			if err := json.Unmarshal(raw, upstream); err != nil {
 				return nil, err
@@ -110,7 +110,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	}
 	if upstream == nil {
 		var isTarget bool
-		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE target_oid = $1)", e.tbl("_definitions")), srcOID).Scan(&isTarget); err != nil {
+		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
 			return nil, err
 		}
 		if isTarget {
@@ -162,21 +162,16 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 	d = &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.kind()}
-	err = q.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (target_table, target_oid, ledger_oid, owner_role, kind,
-			source_table, source_oid, definition_sql, compiled, status)
-		VALUES ($1, $2::regclass, $3::regclass, (SELECT oid FROM pg_roles WHERE rolname = current_user), $4, $5, $6, $7, $8, 'waiting_to_backfill')
-		RETURNING id`, e.tbl("_definitions")),
-		c.TargetText, c.target(), c.ledger(), spec.kind(), c.SourceText, srcOID, spec.Statement, raw).Scan(&d.ID)
-	if err != nil {
-		return nil, err
-	}
 	role := "source"
 	if upstream != nil {
 		role = "upstream_target"
 	}
 	cols, _ := json.Marshal(spec.reads())
-	if _, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, table_name, table_oid, columns, role)
-		VALUES ($1, $2, $3, $4, $5)`, e.tbl("_definition_reads")), d.ID, c.SourceText, srcOID, cols, role); err != nil {
+	// The catalog rows are written by a SECURITY DEFINER function that
+	// re-checks ownership and privileges for the acting role (D9).
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1::regclass, $2::regclass, $3, $4, $5::oid, $6, $7, $8, $9)`,
+		ident(e.cfg.Schema)), c.target(), c.ledger(), spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
+	if err != nil {
 		return nil, err
 	}
 	// Delivered at commit; the staging worker also looks at least once a pass.
@@ -479,36 +474,19 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 		return err
 	}
 	defer func() { err = done(err) }()
-	var id int64
+	// Ownership and dependents are checked, and the row deleted, by a
+	// SECURITY DEFINER function (D9); the caller drops the tables it owns.
 	var raw []byte
-	var text string
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT id, compiled, target_table FROM %s
-		WHERE target_table = format('%%I.%%I', $1::text, $2::text) FOR UPDATE`, e.tbl("_definitions")),
-		target.Schema, target.Name).Scan(&id, &raw, &text)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._drop_definition(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
+		target.Schema, target.Name).Scan(&raw)
+	if err != nil {
+		return err
+	}
+	if raw == nil {
 		return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target).WithClass("not_found", "TransformNotFound")
-	}
-	if err != nil {
-		return err
-	}
-	var readers []string
-	rows, err := q.Query(ctx, fmt.Sprintf(`SELECT d.target_table FROM %s r JOIN %s d ON d.id = r.definition_id
-		WHERE r.table_name = $1 AND d.id <> $2 ORDER BY 1`, e.tbl("_definition_reads"), e.tbl("_definitions")), text, id)
-	if err != nil {
-		return err
-	}
-	if readers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return err
-	}
-	if len(readers) > 0 {
-		return pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot drop transform %s: %s read(s) it", text, strings.Join(readers, ", ")).
-			WithClass("conflict", "DependentsBlockDrop").WithHint("drop the readers first")
 	}
 	c := &compiled{}
 	if err := json.Unmarshal(raw, c); err != nil {
-		return err
-	}
-	if _, err := q.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE id = $1", e.tbl("_definitions")), id); err != nil {
 		return err
 	}
 	if _, err := q.Exec(ctx, "DROP TABLE IF EXISTS "+c.target()+", "+c.ledger()); err != nil {

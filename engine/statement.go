@@ -151,9 +151,8 @@ func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.
 func (e *Engine) findTransform(ctx context.Context, q Querier, bare string) (TableName, string, bool, error) {
 	var t TableName
 	var owner string
-	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT n.nspname, c.relname, pg_get_userbyid(d.owner_role)
-		FROM %s d JOIN pg_class c ON c.oid = d.target_oid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.relname = $1`, e.tbl("_definitions")), bare).Scan(&t.Schema, &t.Name, &owner)
+	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT schema_name, table_name, owner_name FROM %s._find_transform($1)`,
+		ident(e.cfg.Schema)), bare).Scan(&t.Schema, &t.Name, &owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, "", false, nil
 	}
@@ -229,8 +228,8 @@ func (e *Engine) resolveSource(ctx context.Context, q Querier, name grammar.Qual
 		// (its groups); the engine's Define knows it. Give the resolver the
 		// key columns it will inherit so the naming rules apply.
 		var keys []string
-		err := q.QueryRow(ctx, fmt.Sprintf(`SELECT ARRAY(SELECT jsonb_array_elements(compiled->'spec'->'group_by')->>'name')
-			FROM %s WHERE target_oid = $1`, e.tbl("_definitions")), oid).Scan(&keys)
+		err := q.QueryRow(ctx, fmt.Sprintf(`SELECT ARRAY(SELECT jsonb_array_elements(c->'spec'->'group_by')->>'name')
+			FROM %s._definition_of(current_user::regrole, $1::oid) c WHERE c IS NOT NULL`, ident(e.cfg.Schema)), oid).Scan(&keys)
 		if err == nil {
 			src.Key = keys
 		}

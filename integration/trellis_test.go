@@ -420,3 +420,45 @@ func TestServeRunsTheEngine(t *testing.T) {
 		t.Fatalf("Trellis on another database: %s %s", pe.Code, pe.Message)
 	}
 }
+
+// D9: an ordinary role defines a transform over its own table through the
+// proxy (the catalog is written by SECURITY DEFINER functions, never by the
+// client), owns the target, cannot write storage directly, and another role
+// can neither drop its transform nor read a source it has no SELECT on.
+func TestOrdinaryRoleDefinesOwnTransform(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	su := h.client(t)
+	for _, q := range []string{
+		`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'app') THEN CREATE ROLE app LOGIN; END IF;
+		           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'other') THEN CREATE ROLE other LOGIN; END IF; END $$`,
+		`GRANT CREATE ON SCHEMA public TO app, other`,
+	} {
+		mustExec(t, su, q)
+	}
+	app := connectURL(t, h.url("app", "", h.db, ""))
+	mustExec(t, app, `CREATE TABLE mine (id int PRIMARY KEY, v int)`)
+	mustExec(t, app, `INSERT INTO mine SELECT g, g FROM generate_series(1, 10) g`)
+	mustExec(t, app, `TRANSFORM mine_x FROM mine SELECT v * 10 AS x`)
+	var owner string
+	if err := su.QueryRow(ctx, `SELECT tableowner FROM pg_tables WHERE tablename = 'mine_x'`).Scan(&owner); err != nil || owner != "app" {
+		t.Fatalf("target owner %q %v", owner, err)
+	}
+	var status string
+	if err := app.QueryRow(ctx, `SELECT trellis.await_live('mine_x', 60000)`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Exec(ctx, `INSERT INTO trellis._definitions (target_table) VALUES ('x')`); pgErrOf(t, err).Code != "42501" {
+		t.Fatalf("a client wrote storage: %v", err)
+	}
+	other := connectURL(t, h.url("other", "", h.db, ""))
+	if _, err := other.Exec(ctx, `DROP TRANSFORM mine_x`); pgErrOf(t, err).Code != "42501" {
+		t.Fatalf("another role dropped the transform: %v", err)
+	}
+	if _, err := other.Exec(ctx, `TRANSFORM spy FROM mine SELECT v AS w`); pgErrOf(t, err).Code != "42501" {
+		t.Fatalf("a role without SELECT on the source defined over it: %v", err)
+	}
+	if _, err := app.Exec(ctx, `DROP TRANSFORM mine_x`); err != nil {
+		t.Fatalf("the owner's drop: %v", err)
+	}
+}
