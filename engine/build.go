@@ -52,10 +52,8 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	if transient(serr) || errors.Is(serr, errLockShort) || ctx.Err() != nil {
 		return false, serr
 	}
-	e.log.Warn("build task failed", "definition", defID, "task", taskID, "err", serr)
-	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2,
-		next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s') WHERE id = $1`,
-		e.tbl("_build_tasks")), taskID, serr.Error())
+	// Charged: backoff 1 s doubling to 5 min; the fifth attempt pauses (surface §13).
+	e.chargeBuildFailure(context.Background(), taskID, defID, build, serr)
 	return false, serr
 }
 
@@ -79,6 +77,9 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return err
 	}
 	c := cd.c
+	if kind == "sweep" {
+		return e.sweepStep(ctx, tx, taskID, cd, lo)
+	}
 	if kind == "plan" {
 		n, err := e.plan(ctx, tx, cd, build)
 		if err != nil {
@@ -106,10 +107,8 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if err != nil {
 		return err
 	}
-	for i := 0; i < len(keys); i += e.cfg.PageSize {
-		if err := e.applyKeys(ctx, tx, cd, keys[i:min(i+e.cfg.PageSize, len(keys))]); err != nil {
-			return err
-		}
+	if err := e.applyChunk(ctx, tx, cd, keys); err != nil {
+		return err
 	}
 	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, len(keys))
 	return err

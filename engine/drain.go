@@ -74,16 +74,54 @@ type pageKey struct {
 // lock, held until commit: a dead worker's claim ends with its transaction,
 // and the cursor advances atomically with the writes it covers.
 func (e *Engine) drainPage(ctx context.Context, id string) (bool, error) {
+	did, at, err := e.drainPageTry(ctx, nil)
+	if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
+		return did, err
+	}
+	if poisonous(err) {
+		// Isolate (§12.12): the same bucket again, each definition's keys under
+		// a savepoint and, when they fail, each key alone; keys that fail alone
+		// are charged and skipped, the rest of the page commits.
+		e.log.Info("page failed; probing its keys", "batch", at.batch, "bucket", at.bucket, "err", err)
+		did, _, err = e.drainPageTry(ctx, &at)
+		if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
+			return did, err
+		}
+	}
+	// A holdup: nothing attributable. Record it on the bucket and back off,
+	// loudly (§12.12 "Holdup", drain_failure).
+	e.log.Warn("page failed with nothing attributable; bucket held back", "batch", at.batch, "bucket", at.bucket,
+		"sqlstate", codeOf(err), "err", err)
+	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
+		last_sqlstate = nullif($4, ''), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
+		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), at.batch, at.bucket, errMessage(err), codeOf(err))
+	return false, err
+}
+
+type bucketRef struct {
+	batch  int64
+	bucket int16
+}
+
+// drainPageTry claims a bucket (the given one when only is set, for a probe)
+// and applies one page of it; it returns the bucket it worked on.
+func (e *Engine) drainPageTry(ctx context.Context, only *bucketRef) (bool, bucketRef, error) {
+	probe := only != nil
+	var ref bucketRef
 	conn, err := e.workers.Acquire(ctx)
 	if err != nil {
-		return false, err
+		return false, ref, err
 	}
 	defer conn.Release()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return false, err
+		return false, ref, err
 	}
 	defer tx.Rollback(context.Background())
+	onlyBatch, onlyBucket := int64(-1), int16(-1)
+	if only != nil {
+		onlyBatch, onlyBucket = only.batch, only.bucket
+	}
 	var batch int64
 	var bucket, bucketCount int16
 	var afterTable, afterKey *string
@@ -92,36 +130,30 @@ func (e *Engine) drainPage(ctx context.Context, id string) (bool, error) {
 		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate
 		FROM %[1]s bb JOIN (SELECT seq, bucket_count, has_truncate FROM %[2]s WHERE state <> 'drained' ORDER BY seq LIMIT 1) b
 		  ON bb.batch_seq = b.seq
-		WHERE bb.state = 'open' AND coalesce(bb.next_attempt_at, '-infinity') <= now()
-		ORDER BY bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`, e.tbl("_batch_buckets"), e.tbl("_batches"))).
+		WHERE bb.state = 'open' AND (coalesce(bb.next_attempt_at, '-infinity') <= now() OR $1)
+		  AND ($2 < 0 OR (bb.batch_seq = $2 AND bb.bucket = $3))
+		ORDER BY bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`, e.tbl("_batch_buckets"), e.tbl("_batches")), probe, onlyBatch, onlyBucket).
 		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return false, ref, nil
 	}
 	if err != nil {
-		return false, err
+		return false, ref, err
 	}
-	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate)
+	ref = bucketRef{batch, bucket}
+	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe)
 	if perr == nil {
 		perr = tx.Commit(ctx)
 		if perr == nil {
-			return true, nil
+			return true, ref, nil
 		}
 	}
 	tx.Rollback(context.Background())
-	if transient(perr) || errors.Is(perr, errLockShort) || ctx.Err() != nil {
-		return false, perr
-	}
-	// A holdup: record it on the bucket and back off (§12.12).
-	e.log.Warn("page failed", "batch", batch, "bucket", bucket, "err", perr)
-	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
-		last_sqlstate = $4, next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
-		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, perr.Error(), codeOf(perr))
-	return false, perr
+	return false, ref, perr
 }
 
 func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, bucketCount int16,
-	afterTable, afterKey *string, hasTruncate bool) error {
+	afterTable, afterKey *string, hasTruncate, probe bool) error {
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
 		return err
 	}
@@ -180,6 +212,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		return err
 	}
 	var keys []pageKey
+	meta := map[pageKey]keyMeta{}
 	origin, unknown, hop := tOrigin, tUnknown, tHop
 	for rows.Next() {
 		var k pageKey
@@ -191,6 +224,11 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 			return err
 		}
 		keys = append(keys, k)
+		if unk {
+			meta[k] = keyMeta{hop: h}
+		} else {
+			meta[k] = keyMeta{origin: o, hop: h}
+		}
 		unknown = unknown || unk
 		if o != nil && (origin == nil || lsnLess(*o, *origin)) {
 			origin = o
@@ -213,7 +251,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 			return err
 		}
 	}
-	byTable := map[string][]string{}
+	byTable := map[string][]pageKey{}
 	var tables []string
 	for i, k := range keys {
 		if e.plant.dropEveryNthKey > 0 && i%e.plant.dropEveryNthKey == e.plant.dropEveryNthKey-1 {
@@ -222,7 +260,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		if _, ok := byTable[k.table]; !ok {
 			tables = append(tables, k.table)
 		}
-		byTable[k.table] = append(byTable[k.table], k.key)
+		byTable[k.table] = append(byTable[k.table], k)
 	}
 	for _, t := range truncated {
 		if _, ok := byTable[t]; !ok {
@@ -256,8 +294,33 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 				}
 			}
 		}
+		// Keys held for a definition are skipped by it alone (§12.12 evict).
+		held, err := e.poisonedKeys(ctx, tx, defs, keys, meta, probe)
+		if err != nil {
+			return err
+		}
 		for _, d := range defs {
-			if err := e.applyKeys(ctx, tx, d.cd, byTable[d.table]); err != nil {
+			ks := byTable[d.table]
+			if h := held[d.cd.id]; len(h) > 0 {
+				kept := make([]pageKey, 0, len(ks))
+				for _, k := range ks {
+					if !h[k] {
+						kept = append(kept, k)
+					}
+				}
+				ks = kept
+			}
+			if probe {
+				if err := e.probeApply(ctx, tx, d, ks, meta); err != nil {
+					return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
+				}
+				continue
+			}
+			plain := make([]string, len(ks))
+			for i, k := range ks {
+				plain[i] = k.key
+			}
+			if err := e.applyKeys(ctx, tx, d.cd, plain); err != nil {
 				return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
 			}
 		}

@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func scalar[T any](t *testing.T, q Querier, sql string, args ...any) T {
+	t.Helper()
+	var v T
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// releaseKey does what trellis.release_key does (virtualtables): delete the
+// hold and the deaths, stage a rederive row carrying the hold's origin.
+func releaseKey(t *testing.T, q Querier, def int64, table, key string) {
+	t.Helper()
+	exec(t, q, `WITH p AS (DELETE FROM trellis._poison WHERE definition_id = $1 AND src_table = $2 AND key = $3 RETURNING *),
+		d AS (DELETE FROM trellis._key_deaths WHERE definition_id = $1 AND src_table = $2 AND key = $3)
+		INSERT INTO trellis._change_log (src_table, key, op, definition_id, origin_lsn)
+		SELECT p.src_table, p.key, 'rederive', p.definition_id, p.origin_lsn FROM p`, def, table, key)
+}
+
+func TestQuarantineHoldsOneKeyForOneTransform(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE orders (id bigint PRIMARY KEY, region text, price numeric, qty int)`)
+	exec(t, pool, `INSERT INTO orders SELECT g, 'r' || (g % 3), g, 1 + g % 4 FROM generate_series(1, 200) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	unit := define(t, e, Spec{Target: TableName{Name: "unit"}, Source: TableName{Name: "orders"},
+		Fields: []Field{{Name: "per", Expr: col("price") + " / " + col("qty"), Reads: []string{"price", "qty"}}}})
+	define(t, e, Spec{Target: TableName{Name: "plain"}, Source: TableName{Name: "orders"},
+		Fields: []Field{{Name: "price", Expr: col("price"), Reads: []string{"price"}}}})
+	define(t, e, Spec{Target: TableName{Name: "by_region"}, Source: TableName{Name: "orders"},
+		GroupBy: []GroupKey{{Name: "region", Expr: col("region")}},
+		Fields:  []Field{{Name: "total", Agg: AggSum, Expr: col("price")}, {Name: "n", Agg: AggCountStar}}})
+	for _, n := range []string{"unit", "plain", "by_region"} {
+		awaitLive(t, e, n)
+	}
+	// One row's divisor becomes zero: only unit fails on key 7.
+	exec(t, pool, `UPDATE orders SET qty = 0, price = 700 WHERE id = 7`)
+	waitFor(t, "key 7 held for unit", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._poison WHERE key = '7'`) == 1
+	})
+	var defID int64
+	var sqlstate, msg string
+	if err := pool.QueryRow(t.Context(), `SELECT definition_id, sqlstate, error FROM trellis._poison`).Scan(&defID, &sqlstate, &msg); err != nil {
+		t.Fatal(err)
+	}
+	if defID != unit.ID || sqlstate != "22012" || !strings.Contains(msg, "division by zero") {
+		t.Fatalf("poison row: def %d (want %d) %s %q", defID, unit.ID, sqlstate, msg)
+	}
+	// A token taken now does not converge while the key is held.
+	tok, err := e.WatermarkToken(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything else keeps flowing, for every transform.
+	exec(t, pool, `UPDATE orders SET price = price + 1 WHERE id <> 7`)
+	exec(t, pool, `INSERT INTO orders VALUES (1000, 'r1', 5, 5)`)
+	waitFor(t, "other keys applied", 30*time.Second, func() bool {
+		return diff(t, pool, `SELECT id, per FROM unit WHERE id <> 7`, `SELECT id, price / qty FROM orders WHERE id <> 7`) == "" &&
+			diff(t, pool, `SELECT id, price FROM plain`, `SELECT id, price FROM orders`) == "" &&
+			diff(t, pool, `SELECT region, total, n FROM by_region`, `SELECT region, sum(price), count(*) FROM orders GROUP BY region`) == ""
+	})
+	if ok, err := e.Converged(t.Context(), tok); err != nil || ok {
+		t.Fatalf("token converged while a key below it is held: %v %v", ok, err)
+	}
+	if s, _ := e.StatusOf(t.Context(), TableName{Name: "unit"}); s == nil || s.Status != "live" {
+		t.Fatalf("unit status %+v", s)
+	}
+	// Later changes of the held key are skipped by unit only.
+	exec(t, pool, `UPDATE orders SET price = 800 WHERE id = 7`)
+	waitFor(t, "plain applies the held key", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM plain WHERE id = 7 AND price = 800`) == 1
+	})
+	// Fix the row, release: exact again, token converges.
+	exec(t, pool, `UPDATE orders SET qty = 2 WHERE id = 7`)
+	releaseKey(t, pool, unit.ID, "public.orders", "7")
+	converge(t, e)
+	if err := e.AwaitConverged(t.Context(), tok, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertSame(t, pool, `SELECT id, per FROM unit`, `SELECT id, price / qty FROM orders`)
+	assertSame(t, pool, `SELECT id, price FROM plain`, `SELECT id, price FROM orders`)
+	if n := count(t, pool, `SELECT 1 FROM trellis._key_deaths`); n != 0 {
+		t.Fatalf("%d death rows left", n)
+	}
+}
+
+func TestQuarantineUniqueIndexOnTargetHoldsKey(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE users (id int PRIMARY KEY, email text)`)
+	exec(t, pool, `INSERT INTO users SELECT g, 'u' || g || '@x' FROM generate_series(1, 50) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	d := define(t, e, Spec{Target: TableName{Name: "emails"}, Source: TableName{Name: "users"},
+		Fields: []Field{{Name: "email", Expr: "lower(" + col("email") + ")", Reads: []string{"email"}}}})
+	awaitLive(t, e, "emails")
+	exec(t, pool, `CREATE UNIQUE INDEX ON emails (email)`)
+	exec(t, pool, `UPDATE users SET email = 'U1@x' WHERE id = 2`) // collides with user 1
+	exec(t, pool, `INSERT INTO users VALUES (51, 'u51@x')`)
+	waitFor(t, "key 2 held", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._poison WHERE key = '2' AND sqlstate = '23505'`) == 1
+	})
+	waitFor(t, "the rest applied", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM emails WHERE id = 51`) == 1
+	})
+	// No stuck bucket.
+	waitFor(t, "batches drained", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._batches WHERE state <> 'drained'`) == 0
+	})
+	exec(t, pool, `UPDATE users SET email = 'u2@x' WHERE id = 2`)
+	releaseKey(t, pool, d.ID, "public.users", "2")
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, email FROM emails`, `SELECT id, lower(email) FROM users`)
+}
+
+func TestQuarantineFuseQuarantinesTransform(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int, b int)`)
+	exec(t, pool, `INSERT INTO m SELECT g, g, 1 FROM generate_series(1, 20) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	define(t, e, Spec{Target: TableName{Name: "ratio"}, Source: TableName{Name: "m"},
+		Fields: []Field{{Name: "r", Expr: col("a") + " / " + col("b"), Reads: []string{"a", "b"}}}})
+	define(t, e, Spec{Target: TableName{Name: "copy"}, Source: TableName{Name: "m"},
+		Fields: []Field{{Name: "a", Expr: col("a"), Reads: []string{"a"}}}})
+	awaitLive(t, e, "ratio")
+	awaitLive(t, e, "copy")
+	exec(t, pool, `UPDATE m SET b = 0, a = a + 100`) // every row fails for ratio
+	waitFor(t, "ratio quarantined", 60*time.Second, func() bool {
+		s, _ := e.StatusOf(t.Context(), TableName{Name: "ratio"})
+		return s != nil && s.Status == "quarantined"
+	})
+	// The other transform reading every failing key stays exact.
+	waitFor(t, "copy exact", 30*time.Second, func() bool {
+		return diff(t, pool, `SELECT id, a FROM copy`, `SELECT id, a FROM m`) == ""
+	})
+	if n := count(t, pool, `SELECT 1 FROM trellis._poison`); n < heldKeysToQuarantine {
+		t.Fatalf("%d held keys", n)
+	}
+}
+
+func TestQuarantineBuildChunkHoldsBadRow(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int, b int)`)
+	exec(t, pool, `INSERT INTO m SELECT g, g, CASE WHEN g = 13 THEN 0 ELSE 1 END FROM generate_series(1, 100) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	define(t, e, Spec{Target: TableName{Name: "ratio"}, Source: TableName{Name: "m"},
+		Fields: []Field{{Name: "r", Expr: col("a") + " / " + col("b"), Reads: []string{"a", "b"}}}})
+	awaitLive(t, e, "ratio")
+	waitFor(t, "key 13 held", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._poison WHERE key = '13'`) == 1
+	})
+	assertSame(t, pool, `SELECT id, r FROM ratio`, `SELECT id, a / b FROM m WHERE b <> 0`)
+}
+
+func TestQuarantineUnattributableIsDrainFailure(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO m SELECT g, g FROM generate_series(1, 10) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	define(t, e, Spec{Target: TableName{Name: "c"}, Source: TableName{Name: "m"},
+		Fields: []Field{{Name: "a", Expr: col("a"), Reads: []string{"a"}}}})
+	awaitLive(t, e, "c")
+	// Every write to the target fails with a state error: nothing is attributable.
+	exec(t, pool, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'maintenance' USING ERRCODE = '55006'; END $$`)
+	exec(t, pool, `CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON c FOR EACH ROW EXECUTE FUNCTION refuse()`)
+	exec(t, pool, `UPDATE m SET a = a + 1`)
+	waitFor(t, "drain_failure", 30*time.Second, func() bool {
+		s, _ := e.StatusOf(t.Context(), TableName{Name: "c"})
+		return s != nil && s.DrainFailure != nil && strings.Contains(*s.DrainFailure, "maintenance")
+	})
+	var sqlstate string
+	if err := pool.QueryRow(t.Context(), `SELECT last_sqlstate FROM trellis._batch_buckets WHERE last_error IS NOT NULL LIMIT 1`).Scan(&sqlstate); err != nil || sqlstate != "55006" {
+		t.Fatalf("bucket sqlstate %q %v", sqlstate, err)
+	}
+	if n := count(t, pool, `SELECT 1 FROM trellis._poison`); n != 0 {
+		t.Fatalf("unattributable failure poisoned %d keys", n)
+	}
+	exec(t, pool, `DROP TRIGGER refuse ON c`)
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, a FROM c`, `SELECT id, a FROM m`)
+	if s, _ := e.StatusOf(t.Context(), TableName{Name: "c"}); s == nil || s.DrainFailure != nil {
+		t.Fatalf("drain failure did not clear: %+v", s)
+	}
+}
