@@ -141,9 +141,12 @@ defs AS (
          d.build_id, d.build_kind, d.build_started_at, d.build_rows_done, d.build_rows_estimated,
          coalesce(c.relname::text, d.compiled #>> '{spec,target,name}', d.target_table) AS bare,
          coalesce(pg_get_userbyid(c.relowner), pg_get_userbyid(d.owner_role))::text AS owner_name,
-         -- Only the defining session can see a row of an open transaction;
-         -- a define inside a savepoint has a subtransaction xmin and is missed.
-         coalesce(d.xmin = pg_current_xact_id_if_assigned()::xid, false) AS mine
+         -- Only the defining session can see a row of an open transaction,
+         -- so a visible row whose inserting (sub)transaction is still in
+         -- progress is this session's own. The xid is widened with the
+         -- current epoch (rows of a past epoch are long committed).
+         coalesce(d.status = 'waiting_to_backfill' AND pg_xact_status(
+           (((pg_current_xact_id()::text::bigint >> 32) << 32) | d.xmin::text::bigint)::text::xid8) = 'in progress', false) AS mine
   FROM {{S}}._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid),
 up AS (   -- direct reads of another definition's target (chains, D15)
   SELECT DISTINCT r.definition_id AS id, u.id AS up_id
