@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -206,3 +207,77 @@ func isTimeout(err error) bool {
 }
 
 func quoteTyp(b byte) string { return strconv.QuoteRune(rune(b)) }
+
+// scanCString splits a NUL-terminated string off b without allocating.
+func scanCString(b []byte) (str, rest []byte, ok bool) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return nil, nil, false
+	}
+	return b[:i], b[i+1:], true
+}
+
+// scanParse checks a Parse body exactly as pgproto3's Parse.Decode does and
+// returns its statement name and query without allocating.
+func scanParse(body []byte) (name, query []byte, ok bool) {
+	if name, body, ok = scanCString(body); !ok {
+		return nil, nil, false
+	}
+	if query, body, ok = scanCString(body); !ok {
+		return nil, nil, false
+	}
+	if len(body) < 2 {
+		return nil, nil, false
+	}
+	if n := int(binary.BigEndian.Uint16(body)); len(body)-2 < 4*n {
+		return nil, nil, false
+	}
+	return name, query, true
+}
+
+// scanBind checks a Bind body exactly as pgproto3's Bind.Decode does and
+// returns its portal and statement names without allocating.
+func scanBind(body []byte) (portal, stmt []byte, ok bool) {
+	if portal, body, ok = scanCString(body); !ok {
+		return nil, nil, false
+	}
+	if stmt, body, ok = scanCString(body); !ok {
+		return nil, nil, false
+	}
+	if len(body) < 2 {
+		return nil, nil, false
+	}
+	n := int(binary.BigEndian.Uint16(body))
+	body = body[2:]
+	if len(body) < 2*n {
+		return nil, nil, false
+	}
+	body = body[2*n:]
+	if len(body) < 2 {
+		return nil, nil, false
+	}
+	n = int(binary.BigEndian.Uint16(body))
+	body = body[2:]
+	for range n {
+		if len(body) < 4 {
+			return nil, nil, false
+		}
+		sz := int(int32(binary.BigEndian.Uint32(body)))
+		body = body[4:]
+		if sz == -1 {
+			continue
+		}
+		if sz < 0 || len(body) < sz {
+			return nil, nil, false
+		}
+		body = body[sz:]
+	}
+	if len(body) < 2 {
+		return nil, nil, false
+	}
+	n = int(binary.BigEndian.Uint16(body))
+	if len(body)-2 < 2*n {
+		return nil, nil, false
+	}
+	return portal, stmt, true
+}

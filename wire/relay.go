@@ -89,9 +89,80 @@ func (s *session) clientToServer() {
 	}
 	for {
 		if s.cr.Buffered() < 5 {
+			if s.c2sRun == 0 && s.cr.Buffered() == 0 && s.cr != s.crSmall {
+				// The stream is over: give the big buffers back.
+				if shrinkWriter(&s.uw, s.uwSmall) != nil {
+					s.closeClientSide()
+					return
+				}
+				shrinkReader(&s.cr, s.crSmall)
+			}
 			if err := s.uw.Flush(); err != nil {
 				s.closeClientSide()
 				return
+			}
+		}
+		if s.cr.Buffered() >= 5 && (s.intercept == nil || copySeen) {
+			// Relay a run of whole raw frames straight from the read buffer
+			// in one write, with the bookkeeping the loop below does per
+			// frame. Frames that need more (a Sync-debt correction at the
+			// start of a copy, Terminate, anything the interceptor sees, a
+			// partial or bad frame) end the run.
+			b, _ := s.cr.Peek(s.cr.Buffered())
+			k, msgs, debt, lastEnd, syncs, cs := 0, 0, 0, 0, syncsSinceExec, copySeen
+		scan:
+			for len(b)-k >= 5 {
+				typ := b[k]
+				l := int64(binary.BigEndian.Uint32(b[k+1:]))
+				if l < 4 || l-4 > int64(max) || int64(len(b)-k-1) < l {
+					break
+				}
+				if s.intercept != nil && typ != 'd' {
+					break
+				}
+				switch typ {
+				case 'd', 'c', 'f':
+					if !cs {
+						break scan
+					}
+				case 'X':
+					break scan
+				case 'Q', 'F':
+					syncs, cs = 0, false
+					debt++
+				case 'E':
+					syncs, cs = 0, false
+				case 'S':
+					syncs++
+					debt++
+				}
+				k += 1 + int(l)
+				msgs++
+				switch typ {
+				case 'Q', 'S', 'F', 'c', 'f':
+					lastEnd = k
+				}
+			}
+			if k > 0 {
+				syncsSinceExec, copySeen = syncs, cs
+				if debt > 0 {
+					s.addDebt(debt, nil)
+				}
+				if s.intercept != nil {
+					s.flushBatch(&batch)
+				}
+				if lastEnd > 0 {
+					s.c2sRun = 0
+				}
+				s.c2sRun += k - lastEnd
+				s.relayed.c2sMsgs.Add(uint64(msgs))
+				s.relayed.c2sBytes.Add(uint64(k))
+				if _, err := s.uw.Write(b[:k]); err != nil {
+					gone()
+					return
+				}
+				s.cr.Discard(k)
+				continue
 			}
 		}
 		typ, n, err := peekHeader(s.cr, max)
@@ -109,6 +180,12 @@ func (s *session) clientToServer() {
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
 		s.relayed.c2sMsgs.Add(1)
 		s.relayed.c2sBytes.Add(uint64(n) + 5)
+		switch typ {
+		case 'Q', 'S', 'F', 'c', 'f':
+			s.c2sRun = 0 // the end of a statement's input
+		default:
+			s.c2sRun += n + 5
+		}
 
 		// Copy-in: Postgres ignores Sync between the COPY and the copy data
 		// (protocol docs, "COPY Operations"), so those Syncs owe nothing.
@@ -343,28 +420,43 @@ func (s *session) classifyExtended(typ byte, body []byte, stmts map[string]*loca
 	}
 	switch typ {
 	case 'P':
+		// Pass-through statements are the common case: check the frame the
+		// way pgproto3 would and look names up without decoding it whole
+		// (no allocation but the SQL string Classify takes).
+		name, query, ok := scanParse(body)
+		if !ok {
+			return bad()
+		}
+		route := s.intercept.Classify(s.info, string(query))
+		if !route.Local {
+			if len(stmts) > 0 {
+				delete(stmts, string(name))
+			}
+			return localMsg{}, false, nil
+		}
 		var p pgproto3.Parse
 		if p.Decode(body) != nil {
 			return bad()
-		}
-		route := s.intercept.Classify(s.info, p.Query)
-		if !route.Local {
-			delete(stmts, p.Name)
-			return localMsg{}, false, nil
 		}
 		st := &localStmt{name: p.Name, sql: p.Query, route: route, paramOIDs: append([]uint32(nil), p.ParameterOIDs...)}
 		stmts[p.Name] = st
 		return localMsg{typ: 'P', stmt: st}, true, nil
 	case 'B':
+		portal, stmt, ok := scanBind(body)
+		if !ok {
+			return bad()
+		}
+		if stmts[string(stmt)] == nil {
+			if len(portals) > 0 {
+				delete(portals, string(portal))
+			}
+			return localMsg{}, false, nil
+		}
 		var b pgproto3.Bind
 		if b.Decode(body) != nil {
 			return bad()
 		}
 		st := stmts[b.PreparedStatement]
-		if st == nil {
-			delete(portals, b.DestinationPortal)
-			return localMsg{}, false, nil
-		}
 		params := make([][]byte, len(b.Parameters))
 		for i, p := range b.Parameters {
 			if p != nil {
@@ -379,53 +471,63 @@ func (s *session) classifyExtended(typ byte, body []byte, stmts map[string]*loca
 		if len(body) < 2 {
 			return bad()
 		}
-		name, _, ok := cstring(body[1:])
+		name, _, ok := scanCString(body[1:])
 		if !ok {
 			return bad()
 		}
 		switch body[0] {
 		case 'S':
-			st := stmts[name]
-			if typ == 'C' {
-				delete(stmts, name)
+			st := stmts[string(name)]
+			if typ == 'C' && st != nil {
+				delete(stmts, string(name))
 			}
 			return localMsg{typ: typ, objType: 'S', stmt: st}, st != nil, nil
 		case 'P':
-			po := portals[name]
-			if typ == 'C' {
-				delete(portals, name)
+			po := portals[string(name)]
+			if typ == 'C' && po != nil {
+				delete(portals, string(name))
 			}
 			return localMsg{typ: typ, objType: 'P', portal: po}, po != nil, nil
 		}
 		return bad()
 	case 'E':
-		var e pgproto3.Execute
-		if e.Decode(body) != nil {
+		portal, rest, ok := scanCString(body)
+		if !ok || len(rest) < 4 {
 			return bad()
 		}
-		po := portals[e.Portal]
-		return localMsg{typ: 'E', portal: po, maxRows: e.MaxRows}, po != nil, nil
+		po := portals[string(portal)]
+		return localMsg{typ: 'E', portal: po, maxRows: binary.BigEndian.Uint32(rest)}, po != nil, nil
 	}
 	return localMsg{}, false, nil
 }
 
 // forwardStream writes a frame header and streams its body from the client
-// to the upstream without holding it whole.
+// to the upstream straight from the read buffer, without holding it whole or
+// allocating.
 func (s *session) forwardStream(hdr [5]byte, n int) error {
 	if _, err := s.uw.Write(hdr[:]); err != nil {
 		return err
 	}
-	if n <= s.cr.Buffered() {
-		// Common case: the whole body is already buffered; no allocation.
-		b, _ := s.cr.Peek(n)
+	for n > 0 {
+		if s.cr.Buffered() == 0 {
+			if s.c2sRun > growAfter && s.cr == s.crSmall {
+				if err := growWriter(&s.uw, s.up); err != nil {
+					return err
+				}
+				growReader(&s.cr, s.client)
+			}
+			if _, err := s.cr.Peek(1); err != nil {
+				return err
+			}
+		}
+		b, _ := s.cr.Peek(min(n, s.cr.Buffered()))
 		if _, err := s.uw.Write(b); err != nil {
 			return err
 		}
-		_, err := s.cr.Discard(n)
-		return err
+		s.cr.Discard(len(b))
+		n -= len(b)
 	}
-	_, err := io.CopyN(s.uw, s.cr, int64(n))
-	return err
+	return nil
 }
 
 // runLocal hands a unit to the server→client pump and waits until it is done;
@@ -513,8 +615,30 @@ func (s *session) serverToClient() string {
 			return oc
 		}
 		if s.ur.Buffered() < 5 {
+			if s.s2cRun == 0 && s.ur.Buffered() == 0 && s.ur != s.urSmall {
+				// The reply is over: give the big buffers back.
+				if shrinkWriter(&s.cw, s.cwSmall) != nil {
+					return "client_gone"
+				}
+				shrinkReader(&s.ur, s.urSmall)
+			}
 			if err := s.cw.Flush(); err != nil {
 				return "client_gone"
+			}
+		} else {
+			// Relay the whole frames that need no look (DataRow, CopyData,
+			// CommandComplete, ...) straight from the read buffer in one
+			// write: no per-frame copy or call.
+			b, _ := s.ur.Peek(s.ur.Buffered())
+			if k, msgs := scanPassive(b, max); k > 0 {
+				s.relayed.s2cMsgs.Add(uint64(msgs))
+				s.relayed.s2cBytes.Add(uint64(k))
+				s.s2cRun += k
+				if _, err := s.cw.Write(b[:k]); err != nil {
+					return "client_gone"
+				}
+				s.ur.Discard(k)
+				continue
 			}
 		}
 		typ, n, err := peekHeader(s.ur, max)
@@ -529,6 +653,11 @@ func (s *session) serverToClient() string {
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
 		s.relayed.s2cMsgs.Add(1)
 		s.relayed.s2cBytes.Add(uint64(n) + 5)
+		if typ == 'Z' {
+			s.s2cRun = 0
+		} else {
+			s.s2cRun += n + 5
+		}
 		inspect := typ
 		if n > maxInspect {
 			inspect = 0 // absurdly large: relay it without decoding
@@ -586,30 +715,35 @@ func (s *session) serverToClient() string {
 
 var errClientWrite = errors.New("client write failed")
 
-// copyUpstreamBody streams n body bytes to the client, riding over wake-up
-// deadlines (a partial read is simply continued).
+// copyUpstreamBody streams n body bytes to the client straight from the
+// read buffer, riding over wake-up deadlines (a partial read is simply
+// continued).
 func (s *session) copyUpstreamBody(n int) error {
-	if n <= s.ur.Buffered() {
-		b, _ := s.ur.Peek(n)
+	for n > 0 {
+		if s.ur.Buffered() == 0 {
+			if s.s2cRun > growAfter && s.ur == s.urSmall {
+				if growWriter(&s.cw, s.client) != nil {
+					return errClientWrite
+				}
+				growReader(&s.ur, s.up)
+			}
+			if _, err := s.ur.Peek(1); err != nil {
+				if isTimeout(err) {
+					s.clearWake()
+					continue
+				}
+				if _, werr := s.cw.Write(nil); werr != nil {
+					return errClientWrite
+				}
+				return err
+			}
+		}
+		b, _ := s.ur.Peek(min(n, s.ur.Buffered()))
 		if _, err := s.cw.Write(b); err != nil {
 			return errClientWrite
 		}
-		s.ur.Discard(n)
-		return nil
-	}
-	for n > 0 {
-		m, err := io.CopyN(s.cw, s.ur, int64(n))
-		n -= int(m)
-		if err != nil {
-			if isTimeout(err) {
-				s.clearWake()
-				continue
-			}
-			if _, werr := s.cw.Write(nil); werr != nil {
-				return errClientWrite
-			}
-			return err
-		}
+		s.ur.Discard(len(b))
+		n -= len(b)
 	}
 	return nil
 }

@@ -53,6 +53,12 @@ type session struct {
 	relayed  relayCounters
 	accepted time.Time
 
+	// The idle-size buffers, put back in ur/cr/cw/uw when a stream ends.
+	urSmall, crSmall *bufio.Reader
+	cwSmall, uwSmall *bufio.Writer
+	s2cRun           int // bytes of the current reply relayed (server→client pump)
+	c2sRun           int // bytes of the current statement's input (client→server pump)
+
 	sbuf []byte   // server→client pump scratch
 	wbuf []byte   // encode scratch for synthesized frames
 	held [][]byte // async frames held while a unit borrows the upstream
@@ -309,10 +315,11 @@ func (s *session) run() string {
 		return outcome
 	}
 	up.SetDeadline(deadline)
-	s.ur = bufio.NewReaderSize(up, 8<<10) // Postgres sends in 8 KiB chunks; idle sessions stay small
-	s.uw = bufio.NewWriterSize(up, 8<<10)
-	s.cr = bufio.NewReaderSize(s.client, 8<<10)
-	s.cw = bufio.NewWriterSize(s.client, 8<<10)
+	s.ur = bufio.NewReaderSize(up, smallBuf) // idle sessions stay small; see growReader
+	s.uw = bufio.NewWriterSize(up, smallBuf)
+	s.cr = bufio.NewReaderSize(s.client, smallBuf)
+	s.cw = bufio.NewWriterSize(s.client, smallBuf)
+	s.urSmall, s.uwSmall, s.crSmall, s.cwSmall = s.ur, s.uw, s.cr, s.cw
 	if _, err := s.uw.Write(startup); err != nil || s.uw.Flush() != nil {
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not send startup packet to upstream server"))
 		outcome = "upstream_error"
