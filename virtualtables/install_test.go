@@ -13,7 +13,8 @@ var apiObjects = []string{
 	"applied", "apply", "await_converged", "await_live", "config", "converged", "define", "definitions",
 	"dump_definitions_sql", "fleet", "fleet_workers", "has_live_drain_workers", "has_live_staging_worker",
 	"metrics_text", "migrate", "poisoned", "poisoned_since", "proxy_workers", "quarantine_status", "quarantined",
-	"relationships", "status", "try_await_converged", "watermark_token",
+	"quarantined_rows", "relationships", "release_key", "sample_quarantined", "status", "try_await_converged",
+	"watermark_token",
 }
 
 func TestInstallIdempotentConcurrentAndNamesDisjoint(t *testing.T) {
@@ -87,7 +88,7 @@ func TestInstallIdempotentConcurrentAndNamesDisjoint(t *testing.T) {
 	open := queryStrings(t, pool, `SELECT c.relname::text FROM pg_class c, aclexplode(c.relacl) a
 		WHERE c.relnamespace = 'trellis'::regnamespace AND a.grantee = 0 ORDER BY 1`)
 	if !slices.Equal(open, []string{"config", "definitions", "fleet_workers", "poisoned", "proxy_workers",
-		"quarantined", "relationships", "status"}) {
+		"quarantined", "quarantined_rows", "relationships", "status"}) {
 		t.Fatalf("relations open to PUBLIC after install: %v", open)
 	}
 

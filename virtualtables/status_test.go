@@ -50,6 +50,8 @@ func TestReflection(t *testing.T) {
 			"warnings text[]", "created_at timestamp with time zone"}},
 		{"quarantined", []string{"target text", "transform text", "column_name text", "state text",
 			"paused_at timestamp with time zone", "last_error text", "cascaded_from text[]", "held_keys bigint"}},
+		{"quarantined_rows", []string{"target text", "transform text", "column_name text", "src_table text", "key text",
+			"error_message text", "sqlstate text", "failed_at timestamp with time zone", "cursor text"}},
 		{"poisoned", []string{"definition_id bigint", "transform text", "src_table text", "key text", "last_error text",
 			"sqlstate text", "poisoned_at timestamp with time zone"}},
 		{"fleet", []string{"staging_worker_live boolean", "staging_worker_id text", "staging_since timestamp with time zone",
@@ -95,6 +97,8 @@ func TestReflection(t *testing.T) {
 		"migrate() text",
 		"poisoned_since(since timestamp with time zone) SETOF trellis.poisoned",
 		"quarantine_status(target text) SETOF trellis.quarantined",
+		"release_key(transform text, source_table text, key text) void",
+		"sample_quarantined(target text, after_cursor text, max_rows bigint) TABLE(src_table text, key text, error_message text, cursor text)",
 		"try_await_converged(token text, timeout_ms bigint) boolean",
 		"watermark_token() text",
 	}
