@@ -35,6 +35,13 @@ type scenario struct {
 // benchmarks (write-tax, backfill, ...) are added here.
 var scenarios = []scenario{
 	{Name: "passthrough", About: "B1: what the proxy costs ordinary SQL (pgbench, COPY, idle connections), against direct and PgBouncer", Run: runPassthrough},
+	// The engine benchmarks (engine_*.go); `make bench-engine` runs them.
+	{Name: "write-tax", About: "B2: single-row and 1000-row writes on a captured table vs the same table without capture", Run: runWriteTax},
+	{Name: "group-contention", About: "B6: fold rate into a SUM/COUNT aggregate at 400 and 40,000 groups", Run: runGroupContention},
+	{Name: "hop-ladder", About: "B7: commit-to-visible latency of a 1-1 target at ~1,000 writes/s (default intervals)", Run: runHopLadder},
+	{Name: "backfill", About: "B8: build of a 1-1 and a 100,000-group target vs CREATE TABLE AS SELECT", Run: runBackfill},
+	{Name: "idle-cost", About: "B9: CPU and commits/s of 10 live transforms with no writes", Run: runIdleCost},
+	{Name: "memory", About: "B10: Go heap and RSS while draining a large backlog", Run: runMemory},
 }
 
 // config is the command line.

@@ -1,0 +1,222 @@
+package main
+
+// B2 write-tax: what capture costs the writer. Two identical tables in one
+// database, wt_none (no capture) and wt_cap (a 1-1 transform is defined on
+// it, so the capture triggers are installed); the engine is stopped once the
+// transform is live, so nothing drains while writers are timed (spec: "Nothing
+// drains"). Each shape runs none, trigger, none per repetition on one
+// connection; the ratio is trigger over the mean of the bracketing controls.
+// After the cells the engine drains the backlog and the target is compared
+// with its definition.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/engine"
+)
+
+// writeShape is one statement shape of B2.
+type writeShape struct {
+	Name string
+	Rows int     // rows per statement
+	Goal float64 // trigger/none ≥ Goal
+	// stmt returns the SQL and arguments of the next statement on table t.
+	stmt func(t string, next *int64, preload int64, rng *rand.Rand) (string, []any)
+}
+
+var writeShapes = []writeShape{
+	{Name: "insert 1 row", Rows: 1, Goal: 0.7, stmt: func(t string, next *int64, _ int64, _ *rand.Rand) (string, []any) {
+		*next++
+		return "INSERT INTO " + t + " (id, val) VALUES ($1, $2)", []any{*next, *next % 1000}
+	}},
+	{Name: "update 1 row", Rows: 1, Goal: 0.7, stmt: func(t string, _ *int64, preload int64, rng *rand.Rand) (string, []any) {
+		return "UPDATE " + t + " SET val = val + 1 WHERE id = $1", []any{1 + rng.Int64N(preload)}
+	}},
+	{Name: "insert 1000 rows", Rows: 1000, Goal: 0.5, stmt: func(t string, next *int64, _ int64, _ *rand.Rand) (string, []any) {
+		lo := *next + 1
+		*next += 1000
+		return "INSERT INTO " + t + " (id, val) SELECT g, g % 1000 FROM generate_series($1::bigint, $2::bigint) g", []any{lo, *next}
+	}},
+	{Name: "update 1000 rows", Rows: 1000, Goal: 0.5, stmt: func(t string, _ *int64, preload int64, rng *rand.Rand) (string, []any) {
+		lo := 1 + rng.Int64N(preload-1000)
+		return "UPDATE " + t + " SET val = val + 1 WHERE id BETWEEN $1 AND $1 + 999", []any{lo}
+	}},
+}
+
+func runWriteTax(ctx context.Context, b *bench) error {
+	l, err := startLab(ctx, b, "write-tax")
+	if err != nil {
+		return err
+	}
+	defer l.stop()
+	pool, _, drop, err := l.newDB(ctx, 8)
+	if err != nil {
+		return err
+	}
+	defer drop()
+
+	preload := int64(100_000)
+	if b.cfg.Quick {
+		preload = 20_000
+	}
+	for _, t := range []string{"wt_none", "wt_cap"} {
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, val numeric);
+			INSERT INTO %[1]s SELECT g, g %% 1000 FROM generate_series(1, %[2]d) g`, t, preload)); err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+			return err
+		}
+	}
+	e, err := startEngine(ctx, pool, engine.Config{})
+	if err != nil {
+		return err
+	}
+	if err := define(ctx, e, pool, oneToOne("wt_target", "wt_cap", engine.Field{Name: "val", Expr: col("val")}), 5*time.Minute); err != nil {
+		e.stop()
+		return err
+	}
+	if err := e.stop(); err != nil {
+		return fmt.Errorf("engine stop: %w", err)
+	}
+
+	dur := b.cfg.Duration
+	if dur > 10*time.Second {
+		dur = 10 * time.Second
+	}
+	fmt.Fprintf(os.Stderr, "B2: %d shapes × %d reps × (none, trigger, none) × %s on 1 connection; preload %d rows per table; the engine is stopped during the cells\n",
+		len(writeShapes), b.cfg.Reps, dur, preload)
+	next := map[string]*int64{"wt_none": new(int64), "wt_cap": new(int64)}
+	*next["wt_none"], *next["wt_cap"] = preload, preload
+	ratios := make([][]float64, len(writeShapes))
+	drifts := make([][]float64, len(writeShapes))
+	ctl := make([][]float64, len(writeShapes))
+	capv := make([][]float64, len(writeShapes))
+	rng := rand.New(rand.NewPCG(1, 2))
+	for rep := range b.cfg.Reps {
+		for si, sh := range writeShapes {
+			vals := map[string][]float64{}
+			for pos, v := range schedule(rep, "none", []string{"trigger"}) {
+				table := "wt_none"
+				if v == "trigger" {
+					table = "wt_cap"
+				}
+				sps, err := timedWrites(ctx, pool, dur, func() (string, []any) { return sh.stmt(table, next[table], preload, rng) })
+				if err != nil {
+					return fmt.Errorf("%s on %s: %w", sh.Name, table, err)
+				}
+				vals[v] = append(vals[v], sps)
+				b.out.emit(map[string]any{"scenario": "write-tax", "variant": v, "shape": sh.Name, "rep": rep, "position": pos,
+					"statements_per_sec": sps, "rows_per_sec": sps * float64(sh.Rows)})
+				pause(ctx, b.cellWait())
+			}
+			c := control(vals["none"][0], vals["none"][1])
+			r := ratio(vals["trigger"][0], c)
+			ratios[si] = append(ratios[si], r)
+			drifts[si] = append(drifts[si], drift(vals["none"][0], vals["none"][1]))
+			ctl[si] = append(ctl[si], c)
+			capv[si] = append(capv[si], vals["trigger"][0])
+			g := Goal{What: "trigger/none", Bound: sh.Goal}
+			b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": sh.Name, "rep": rep,
+				"share_of_control": r, "drift": drifts[si][len(drifts[si])-1], "goal": g.String(), "goal_met": g.Met(r)})
+		}
+	}
+
+	// Correctness: drain what the cells wrote, then the oracle.
+	fmt.Fprintln(os.Stderr, "B2: draining the captured writes for the oracle")
+	start := time.Now()
+	e, err = startEngine(ctx, pool, engine.Config{})
+	if err != nil {
+		return err
+	}
+	oracleErr := e.converge(ctx, 10*time.Minute)
+	if oracleErr == nil {
+		oracleErr = checkSame(ctx, pool, "SELECT id, val FROM wt_target", "SELECT id, val FROM wt_cap")
+	}
+	if err := e.stop(); err != nil && oracleErr == nil {
+		oracleErr = err
+	}
+	b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": "oracle", "oracle_ok": oracleErr == nil,
+		"drain_seconds": time.Since(start).Seconds(), "error": errString(oracleErr)})
+	if oracleErr != nil {
+		b.failf("write-tax oracle: %v", oracleErr)
+	}
+
+	t := &table{header: []string{"B2 shape", "none stmt/s", "trigger stmt/s", "trigger/none (median)", "per-rep ratios", "max drift", "goal", "verdict"}}
+	for si, sh := range writeShapes {
+		m := median(ratios[si])
+		g := Goal{What: "trigger/none", Bound: sh.Goal}
+		t.add(sh.Name, fmtNum(median(ctl[si]), 0), fmtNum(median(capv[si]), 0), fmtRatio(m), fmtList(ratios[si], 2),
+			fmtPct(maxAbs(drifts[si])), g.String(), verdict(g.Met(m)))
+		b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": sh.Name, "summary": true,
+			"share_of_control": m, "goal": g.String(), "goal_met": g.Met(m), "oracle_ok": oracleErr == nil})
+	}
+	b.printTable(t)
+	fmt.Fprintf(os.Stderr, "oracle (target = SELECT id, val FROM wt_cap after draining, %.1f s): %v\n", time.Since(start).Seconds(), okString(oracleErr))
+	return nil
+}
+
+// timedWrites runs statements back to back on one connection for d and
+// returns statements per second.
+func timedWrites(ctx context.Context, pool *pgxpool.Pool, d time.Duration, next func() (string, []any)) (float64, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	start := time.Now()
+	end := start.Add(d)
+	n := 0
+	for time.Now().Before(end) {
+		sql, args := next()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func errString(err error) any {
+	if err == nil {
+		return nil
+	}
+	return err.Error()
+}
+
+func okString(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "FAILED: " + err.Error()
+}
+
+// maxAbs is the element of largest magnitude (drifts are signed).
+func maxAbs(xs []float64) float64 {
+	m := math.NaN()
+	for _, x := range xs {
+		if math.IsNaN(m) || math.Abs(x) > math.Abs(m) {
+			m = x
+		}
+	}
+	return m
+}
+
+// fmtList renders figures as "0.81/0.77/0.90".
+func fmtList(xs []float64, prec int) string {
+	s := ""
+	for i, x := range xs {
+		if i > 0 {
+			s += "/"
+		}
+		s += fmtNum(x, prec)
+	}
+	return s
+}
