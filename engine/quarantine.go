@@ -135,8 +135,10 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 	}
 	err := e.applyKeys(ctx, tx, d.cd, ks)
 	if err == nil {
-		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_probe")
-		return err
+		if _, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_probe"); err != nil {
+			return err
+		}
+		return e.clearDeaths(ctx, tx, d.cd.id, keys)
 	}
 	if !poisonous(err) {
 		return err
@@ -145,6 +147,7 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 		return err
 	}
 	var failed []keyFailure
+	var applied []pageKey
 	for _, k := range keys {
 		if _, err := tx.Exec(ctx, "SAVEPOINT trellis_probe_key"); err != nil {
 			return err
@@ -158,6 +161,8 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 				return err
 			}
 			failed = append(failed, keyFailure{def: d.cd.id, table: k.table, key: k.key, err: kerr})
+		} else {
+			applied = append(applied, k)
 		}
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_probe_key"); err != nil {
 			return err
@@ -166,7 +171,25 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_probe"); err != nil {
 		return err
 	}
+	if err := e.clearDeaths(ctx, tx, d.cd.id, applied); err != nil {
+		return err
+	}
 	return e.chargeFailures(ctx, tx, d.cd, failed, meta)
+}
+
+// clearDeaths forgets the death counts of keys a definition applied cleanly.
+func (e *Engine) clearDeaths(ctx context.Context, tx pgx.Tx, def int64, keys []pageKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ts := make([]string, len(keys))
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ts[i], ks[i] = k.table, k.key
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s kd USING unnest($2::text[], $3::text[]) AS u(t, k)
+		WHERE kd.definition_id = $1 AND kd.src_table = u.t AND kd.key = u.k`, e.tbl("_key_deaths")), def, ts, ks)
+	return err
 }
 
 // chargeFailures counts a death for each failure; a key at the fifth death
