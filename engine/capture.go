@@ -14,7 +14,7 @@ import (
 
 // captureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
-const captureVersion = "1"
+const captureVersion = "2"
 
 var captureEvents = []string{"insert", "update", "delete", "truncate"}
 
@@ -65,6 +65,7 @@ AS ` + tag + `
 #variable_conflict use_variable
 DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text;
 BEGIN
+` + e.captureGuard(p, event) + `
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
   v_s := current_setting('trellis.origin', true);
   IF session_user = ` + lit(e.workerRole) + ` AND coalesce(v_s, '') <> '' THEN
@@ -162,6 +163,9 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 		ON CONFLICT (table_name) DO UPDATE SET table_oid = excluded.table_oid, key_columns = excluded.key_columns,
 		  key_nullable = excluded.key_nullable, function_hash = excluded.function_hash, installed_at = now()`,
 		e.tbl("_captured_tables")), p.table, kj, p.nullable, p.hash); err != nil {
+		return false, err
+	}
+	if err := e.recordInstall(ctx, tx, p.table); err != nil {
 		return false, err
 	}
 	return true, tx.Commit(ctx)

@@ -149,6 +149,15 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
+	// Schema changes under applying definitions pause exactly those (§12.9).
+	if err := e.checkSchemas(ctx, conn); err != nil {
+		e.log.Warn("capture health check failed", "err", err)
+		if conn.IsClosed() {
+			return err
+		}
+	} else if defs, err = e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live')"); err != nil {
+		return err
+	}
 	status := map[string]string{} // target text -> status
 	for _, d := range defs {
 		status[d.c.TargetText] = d.status
@@ -165,12 +174,17 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 	}
 	deadline := time.Now().Add(time.Second)
 	for t, p := range plans {
-		ok, err := e.captureHealthy(ctx, conn, p)
+		ok, tampered, err := e.captureCurrent(ctx, conn, p)
 		if err != nil {
 			return err
 		}
 		if !ok && time.Now().Before(deadline) {
 			ok, err = e.installCapture(ctx, conn, p)
+			if ok && err == nil && tampered {
+				// Writes may have gone uncaptured: rebuild the readers after the reinstall commit.
+				_, err = e.requestRebuild(ctx, conn, t, "capture on "+t+" was disabled, dropped or replaced; reinstalled")
+				e.log.Warn("capture repaired; readers rebuild", "table", t, "err", err)
+			}
 			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
 			if err != nil {
 				e.log.Warn("capture install failed", "table", t, "err", err)
@@ -254,6 +268,9 @@ func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind) VALUES ($1, $2, 'plan')`,
 		e.tbl("_build_tasks")), id, build); err != nil {
+		return err
+	}
+	if err := e.addSweep(ctx, tx, id, build); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake")); err != nil {

@@ -63,6 +63,10 @@ func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opt
 		return e.applyTransform(ctx, q, s, opts)
 	case *grammar.DropTransformStmt:
 		return e.applyDropTransform(ctx, q, s)
+	case *grammar.PauseStmt:
+		return e.applyPause(ctx, q, s)
+	case *grammar.ResumeStmt:
+		return e.applyResume(ctx, q, s)
 	default:
 		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "%s is not supported by this version of trellis-proxy yet", st.CommandTag()).
 			WithClass("unsupported", "NotYetSupported").WithPosition(int(st.Position()))

@@ -1,0 +1,366 @@
+package engine
+
+// Capture health and schema changes (engine spec §12.9): the staging worker
+// compares what each definition bound at define time (column numbers, types,
+// the table's OID, inheritance) with the live catalog on every pass and
+// pauses exactly the affected definitions with a capture_failure; capture
+// triggers themselves never fail an application's statement because a key
+// column was renamed, dropped or re-typed (they log a 'schema' marker
+// instead).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/grammar"
+)
+
+// captureGuard is the head of a capture function: an empty statement returns
+// at once, and a key column that is missing or has another type than the
+// one the function was generated for makes the statement log one 'schema'
+// marker row instead of running the keyed INSERT (which would fail the
+// writer's statement). The staging worker then pauses the readers.
+func (e *Engine) captureGuard(p *capturePlan, event string) string {
+	var rel string
+	switch event {
+	case "insert", "update":
+		rel = "trellis_new"
+	case "delete":
+		rel = "trellis_old"
+	default:
+		return ""
+	}
+	conds := make([]string, len(p.key))
+	for i, k := range p.key {
+		conds[i] = "(attname = " + lit(k.Name) + " AND format_type(atttypid, NULL) = " + lit(k.Type) + ")"
+	}
+	return `  IF NOT EXISTS (SELECT 1 FROM ` + rel + `) THEN RETURN NULL; END IF;
+  -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
+  IF (SELECT count(*) FROM pg_attribute WHERE attrelid = TG_RELID AND attnum > 0 AND NOT attisdropped
+      AND (` + strings.Join(conds, " OR ") + `)) <> ` + itoa(len(p.key)) + ` THEN
+    INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
+    VALUES (` + lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
+    RETURN NULL;
+  END IF;`
+}
+
+// captureFailure is what an automatic pause records in
+// _definitions.status_detail under "capture_failure" (surface §5.1).
+type captureFailure struct {
+	Error   string `json:"error"`
+	Table   string `json:"table"`
+	Column  string `json:"column,omitempty"`
+	OldType string `json:"old_type,omitempty"`
+	NewType string `json:"new_type,omitempty"`
+	Remedy  string `json:"remedy"`
+}
+
+// bindSQL records, for every read of an applying definition not bound yet,
+// the column numbers, types and collations of the columns it reads (its key
+// columns included), by name as the catalog stands now. A name that does
+// not resolve is bound with a NULL attnum, which the check reports.
+const bindSQL = `
+UPDATE %[1]s r SET bindings = (
+  SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.name, 'attnum', a.attnum, 'typid', a.atttypid,
+           'typmod', a.atttypmod, 'coll', a.attcollation, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY c.name), '[]')
+  FROM (SELECT DISTINCT x AS name FROM jsonb_array_elements_text(r.columns ||
+          coalesce((SELECT jsonb_agg(k -> 'name') FROM jsonb_array_elements(d.compiled -> 'key') k), '[]')) x) c
+  LEFT JOIN pg_attribute a ON a.attrelid = r.table_oid AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)
+FROM %[2]s d
+WHERE d.id = r.definition_id AND r.bindings IS NULL AND %[3]s`
+
+// problemSQL lists what changed under applying definitions: per read, the
+// table (gone, recreated, joined a hierarchy) and every bound column whose
+// attnum, name, type or collation moved.
+const problemSQL = `
+SELECT d.id, d.compiled #>> '{spec,target,name}', r.table_name,
+  CASE WHEN NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = r.table_oid) THEN
+         CASE WHEN to_regclass(r.table_name) IS NULL THEN 'table_gone' ELSE 'table_recreated' END
+       WHEN to_regclass(r.table_name) IS DISTINCT FROM r.table_oid THEN 'table_renamed'
+       WHEN EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = r.table_oid OR inhparent = r.table_oid)
+         OR (SELECT relispartition OR relkind = 'p' FROM pg_class WHERE oid = r.table_oid) THEN 'hierarchy'
+  END AS table_problem,
+  b.name, b.type, a.attname, format_type(a.atttypid, a.atttypmod), coalesce(a.attisdropped, true),
+  (SELECT format_type(n.atttypid, n.atttypmod) FROM pg_attribute n WHERE n.attrelid = r.table_oid
+     AND n.attname = b.name AND n.attnum > 0 AND NOT n.attisdropped),
+  b.attnum IS NULL
+FROM %[2]s d JOIN %[1]s r ON r.definition_id = d.id
+LEFT JOIN LATERAL (SELECT x ->> 'name' AS name, x ->> 'type' AS type, (x ->> 'attnum')::int2 AS attnum,
+                          (x ->> 'typid')::oid AS typid, (x ->> 'typmod')::int4 AS typmod, (x ->> 'coll')::oid AS coll
+                   FROM jsonb_array_elements(r.bindings) x) b ON true
+LEFT JOIN pg_attribute a ON a.attrelid = r.table_oid AND a.attnum = b.attnum
+WHERE %[3]s AND r.bindings IS NOT NULL
+  AND (NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = r.table_oid)
+       OR to_regclass(r.table_name) IS DISTINCT FROM r.table_oid
+       OR EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = r.table_oid OR inhparent = r.table_oid)
+       OR (SELECT relispartition OR relkind = 'p' FROM pg_class WHERE oid = r.table_oid)
+       OR (b.name IS NOT NULL AND (b.attnum IS NULL OR a.attnum IS NULL OR a.attisdropped OR a.attname <> b.name
+           OR a.atttypid <> b.typid OR a.atttypmod <> b.typmod OR a.attcollation <> b.coll)))
+ORDER BY d.id, r.table_name, b.name`
+
+const applyingStatuses = `d.status IN ('waiting_to_backfill', 'backfilling', 'live')`
+
+// checkSchemas binds new definitions' columns and pauses every applying
+// definition whose read tables or columns changed (§12.9 "Columns",
+// "Relations gone", hierarchies). It runs on the staging connection every
+// pass; it reads only catalogs, never rows.
+func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, fmt.Sprintf(bindSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses)); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf(problemSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
+	if err != nil {
+		return err
+	}
+	failures := map[int64]*captureFailure{}
+	var order []int64
+	for rows.Next() {
+		var id int64
+		var target, table string
+		var tableProblem, name, oldType, nowName, nowType, sameNameType *string
+		var dropped, unbound bool
+		if err := rows.Scan(&id, &target, &table, &tableProblem, &name, &oldType, &nowName, &nowType, &dropped, &sameNameType, &unbound); err != nil {
+			rows.Close()
+			return err
+		}
+		if failures[id] != nil {
+			continue
+		}
+		f := describeProblem(target, table, tableProblem, name, oldType, nowName, nowType, dropped, sameNameType, unbound)
+		if f == nil {
+			continue
+		}
+		failures[id] = f
+		order = append(order, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, id := range order {
+		if err := e.autoPause(ctx, conn, id, failures[id]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func describeProblem(target, table string, tableProblem, name, oldType, nowName, nowType *string, dropped bool, sameNameType *string, unbound bool) *captureFailure {
+	t := grammar.QuoteIdentIfNeeded(target)
+	redefine := fmt.Sprintf("DROP TRANSFORM %s and define it again over the new shape", t)
+	if tableProblem != nil {
+		f := &captureFailure{Table: table}
+		switch *tableProblem {
+		case "table_gone":
+			f.Error = fmt.Sprintf("table %s read by %s was dropped", table, t)
+			f.Remedy = fmt.Sprintf("recreate %s and RESUME TRANSFORM %s, or DROP TRANSFORM %s", table, t, t)
+		case "table_recreated":
+			f.Error = fmt.Sprintf("table %s read by %s was dropped and recreated", table, t)
+			f.Remedy = redefine
+		case "table_renamed":
+			f.Error = fmt.Sprintf("table %s read by %s was renamed or moved", table, t)
+			f.Remedy = fmt.Sprintf("rename it back and RESUME TRANSFORM %s, or %s", t, redefine)
+		case "hierarchy":
+			f.Error = fmt.Sprintf("table %s read by %s joined a partition or inheritance hierarchy; statement triggers cannot capture its changes", table, t)
+			f.Remedy = fmt.Sprintf("detach it (ALTER TABLE ... DETACH PARTITION / NO INHERIT) and RESUME TRANSFORM %s", t)
+		}
+		return f
+	}
+	if name == nil {
+		return nil
+	}
+	col := *name
+	f := &captureFailure{Table: table, Column: col, OldType: deref(oldType)}
+	switch {
+	case unbound:
+		f.Error = fmt.Sprintf("column %s of %s read by %s does not exist", col, table, t)
+		f.Remedy = fmt.Sprintf("add the column back and RESUME TRANSFORM %s, or %s", t, redefine)
+	case nowName != nil && !dropped && *nowName != col:
+		f.Error = fmt.Sprintf("column %s of %s read by %s was renamed to %s", col, table, t, *nowName)
+		f.NewType = deref(nowType)
+		f.Remedy = fmt.Sprintf("rename it back (ALTER TABLE %s RENAME COLUMN %s TO %s) and RESUME TRANSFORM %s, or %s",
+			table, grammar.QuoteIdentIfNeeded(*nowName), grammar.QuoteIdentIfNeeded(col), t, redefine)
+	case dropped && sameNameType != nil:
+		f.Error = fmt.Sprintf("column %s of %s read by %s was dropped and added again", col, table, t)
+		f.NewType = *sameNameType
+		f.Remedy = fmt.Sprintf("RESUME TRANSFORM %s (it re-validates and rebuilds from the new column)", t)
+	case dropped:
+		f.Error = fmt.Sprintf("column %s of %s read by %s was dropped", col, table, t)
+		f.Remedy = fmt.Sprintf("add the column back and RESUME TRANSFORM %s, or %s", t, redefine)
+	default:
+		f.Error = fmt.Sprintf("column %s of %s read by %s changed type from %s to %s", col, table, t, deref(oldType), deref(nowType))
+		f.NewType = deref(nowType)
+		f.Remedy = fmt.Sprintf("change it back (ALTER TABLE %s ALTER COLUMN %s TYPE %s) and RESUME TRANSFORM %s; RESUME also works when the new type gives the target the same column types; else %s",
+			table, grammar.QuoteIdentIfNeeded(col), deref(oldType), t, redefine)
+	}
+	return f
+}
+
+// autoPause freezes one definition with a capture_failure. Pages stop
+// applying it at once (they read only applying definitions); RESUME
+// re-validates and rebuilds.
+func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) error {
+	raw, _ := json.Marshal(f)
+	tag, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
+		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), id, raw)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() > 0 {
+		e.log.Warn("transform paused by a schema change", "definition", id, "reason", f.Error)
+	}
+	return nil
+}
+
+// triggerXmins reads the xmin of each capture trigger of table.
+func (e *Engine) triggerXmins(ctx context.Context, q Querier, table string) (map[string]string, error) {
+	names := make([]string, len(captureEvents))
+	for i, ev := range captureEvents {
+		names[i] = e.triggerName(ev)
+	}
+	var raw []byte
+	err := q.QueryRow(ctx, `SELECT coalesce(jsonb_object_agg(tgname, xmin::text), '{}') FROM pg_trigger
+		WHERE tgrelid = to_regclass($1) AND tgname = ANY($2)`, table, names).Scan(&raw)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	return out, json.Unmarshal(raw, &out)
+}
+
+// captureTampered reports whether capture installed on table was disabled,
+// dropped, replaced or re-enabled since its install (§12.9 "Tampering",
+// "Disabled and re-enabled between passes"): any trigger row whose xmin is
+// not the one recorded at install. A first install, or a table recreated
+// since, is not tampering.
+func (e *Engine) captureTampered(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
+	var stored []byte
+	var sameOID bool
+	err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT trigger_xmins, table_oid = to_regclass($1)::oid FROM %s WHERE table_name = $1`,
+		e.tbl("_captured_tables")), table).Scan(&stored, &sameOID)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (stored == nil || !sameOID)) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	want := map[string]string{}
+	if err := json.Unmarshal(stored, &want); err != nil {
+		return false, err
+	}
+	now, err := e.triggerXmins(ctx, conn, table)
+	if err != nil {
+		return false, err
+	}
+	if len(now) != len(want) {
+		return true, nil
+	}
+	for k, v := range want {
+		if now[k] != v {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// recordInstall keeps the trigger xmins of an install, in its transaction.
+func (e *Engine) recordInstall(ctx context.Context, tx pgx.Tx, table string) error {
+	x, err := e.triggerXmins(ctx, tx, table)
+	if err != nil {
+		return err
+	}
+	raw, _ := json.Marshal(x)
+	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET trigger_xmins = $2,
+		relfilenode = (SELECT relfilenode FROM pg_class WHERE oid = to_regclass($1)) WHERE table_name = $1`,
+		e.tbl("_captured_tables")), table, raw)
+	return err
+}
+
+// requestRebuild sends every applying reader of table (or only the one
+// definition when only > 0) back to waiting_to_backfill: the staging worker
+// starts a rebuild after every read table's capture is current, which
+// re-derives every source key and sweeps ledger keys the source no longer
+// has (§12.8 request_backfill). Targets stay readable meanwhile.
+func (e *Engine) requestRebuild(ctx context.Context, q Querier, table string, reason string) ([]string, error) {
+	rows, err := q.Query(ctx, fmt.Sprintf(`UPDATE %[1]s d SET status = 'waiting_to_backfill', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', $2::text)
+		WHERE d.status IN ('backfilling', 'live')
+		  AND EXISTS (SELECT 1 FROM %[2]s r WHERE r.definition_id = d.id AND r.table_name = $1)
+		RETURNING d.compiled #>> '{spec,target,name}'`, e.tbl("_definitions"), e.tbl("_definition_reads")), table, reason)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// addSweep queues the sweep of a rebuild: ledger keys are re-derived too, so
+// target rows no source row backs any more are deleted. A fresh build's
+// ledger holds only what pages wrote, so the sweep is skipped when empty.
+func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error {
+	var raw []byte
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT compiled FROM %s WHERE id = $1", e.tbl("_definitions")), id).Scan(&raw); err != nil {
+		return err
+	}
+	c := &compiled{}
+	if err := json.Unmarshal(raw, c); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
+		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger()), id, build)
+	return err
+}
+
+// sweepStep re-derives the next ledger keys after the task's cursor (lo);
+// the task stays open, cursor advanced, until the ledger is walked.
+func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string) error {
+	after := ""
+	if lo != nil {
+		after = *lo
+	}
+	rows, err := tx.Query(ctx, "SELECT k FROM "+cd.c.ledger()+` WHERE k COLLATE "C" > $1 ORDER BY k COLLATE "C" LIMIT $2`, after, e.cfg.BuildChunkSize)
+	if err != nil {
+		return err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if err := e.applyKeys(ctx, tx, cd, keys); err != nil {
+		return err
+	}
+	if len(keys) < e.cfg.BuildChunkSize {
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+		return err
+	}
+	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[len(keys)-1])
+	return err
+}
+
+// captureCurrent: ok when the table carries current, untampered capture;
+// tampered when an earlier install of ours was disabled, dropped, replaced
+// or re-enabled since (then the reinstall must rebuild the readers).
+func (e *Engine) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (ok, tampered bool, err error) {
+	if tampered, err = e.captureTampered(ctx, conn, p.table); err != nil {
+		return false, false, err
+	}
+	if tampered {
+		return false, true, nil
+	}
+	ok, err = e.captureHealthy(ctx, conn, p)
+	return ok, false, err
+}
