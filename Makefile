@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 TESTFLAGS ?= -race -timeout 20m
 FUZZTIME  ?= 20s
 
-.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough docker prereqs clean
+.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine docker prereqs clean
 
 all: build
 
@@ -49,6 +49,11 @@ bench: bench-passthrough
 bench-passthrough: prereqs build
 	@./scripts/ensure-postgres.sh pgbouncer
 	$(GO) run ./cmd/trellis-bench passthrough
+
+# B2, B6, B7, B8, B9, B10 against the in-process engine (docs/benchmarks.md);
+# BENCHFLAGS=-quick for a ~2 minute smoke run.
+bench-engine: prereqs
+	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder backfill idle-cost memory
 
 docker:
 	docker build -t trellis-proxy:$(VERSION) .
