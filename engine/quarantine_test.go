@@ -201,3 +201,36 @@ func TestQuarantineUnattributableIsDrainFailure(t *testing.T) {
 		t.Fatalf("drain failure did not clear: %+v", s)
 	}
 }
+
+func TestQuarantineBuildFailurePausesAfterFiveAttempts(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO m SELECT g, g FROM generate_series(1, 10) g`)
+	exec(t, pool, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'target offline' USING ERRCODE = '55006'; END $$`)
+	e, _ := startEngine(t, pool, fastConfig())
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Define(t.Context(), tx, Spec{Target: TableName{Name: "c"}, Source: TableName{Name: "m"},
+		Fields: []Field{{Name: "a", Expr: col("a"), Reads: []string{"a"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, tx, `CREATE TRIGGER refuse BEFORE INSERT ON c FOR EACH ROW EXECUTE FUNCTION refuse()`)
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// First charged attempt: backoff 1 s, SQLSTATE recorded.
+	waitFor(t, "first charged attempt", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE attempts = 1 AND last_sqlstate = '55006'
+			AND next_attempt_at BETWEEN now() + interval '0.5 s' AND now() + interval '1.1 s'`) == 1
+	})
+	waitFor(t, "paused after the fifth", 40*time.Second, func() bool {
+		return scalar[string](t, pool, `SELECT status FROM trellis._definitions`) == "paused"
+	})
+	bf := scalar[string](t, pool, `SELECT (status_detail -> 'backfill_failure')::text FROM trellis._definitions`)
+	if !strings.Contains(bf, `"attempts": 5`) || !strings.Contains(bf, "target offline") || !strings.Contains(bf, `"sqlstate": "55006"`) {
+		t.Fatalf("backfill_failure %s", bf)
+	}
+}
