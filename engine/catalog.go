@@ -226,7 +226,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return err
 	}
 	if version == formatVersion {
-		if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions)); err != nil {
+		if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions)); err != nil {
 			return fmt.Errorf("catalog functions: %w", err)
 		}
 		return tx.Commit(ctx)
@@ -245,7 +245,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions)); err != nil {
+	if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions)); err != nil {
 		return fmt.Errorf("catalog functions: %w", err)
 	}
 	return tx.Commit(ctx)

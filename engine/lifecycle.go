@@ -47,8 +47,8 @@ func (e *Engine) lockTransform(ctx context.Context, q Querier, name grammar.Iden
 	}
 	d := &lockedDef{target: name.Name, c: &compiled{}}
 	var raw []byte
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT id, status, target_table, source_table, definition_sql, compiled FROM %s
-		WHERE target_table = format('%%I.%%I', $1::text, $2::text) FOR UPDATE`, e.tbl("_definitions")),
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT id, status, target_table, source_table, definition_sql, compiled
+		FROM %s._lifecycle_lock(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
 		target.Schema, target.Name).Scan(&d.id, &d.status, &d.text, &d.source, &d.statement, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", grammar.QuoteIdentIfNeeded(name.Name)).
@@ -90,14 +90,7 @@ func (e *Engine) applyPause(ctx context.Context, q Querier, st *grammar.PauseStm
 		a.Notice = fmt.Sprintf("transform %s is quarantined and stays quarantined; RESUME TRANSFORM rebuilds it", d.text)
 		return a, nil
 	}
-	if _, err := q.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'paused', version = version + 1,
-		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = nullif(coalesce(status_detail, '{}') - 'rebuild_reason', '{}')
-		WHERE id = $1`, e.tbl("_definitions")), d.id); err != nil {
-		return nil, err
-	}
-	// A runaway build stops: its tasks are never handed out again.
-	if _, err := q.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE definition_id = $1", e.tbl("_build_tasks")), d.id); err != nil {
+	if _, err := q.Exec(ctx, fmt.Sprintf(`SELECT %s._lifecycle_pause(current_user::regrole, $1)`, ident(e.cfg.Schema)), d.id); err != nil {
 		return nil, err
 	}
 	a.Status = "paused"
@@ -137,29 +130,10 @@ func (e *Engine) applyResume(ctx context.Context, q Querier, st *grammar.ResumeS
 		}
 		return nil, out
 	}
-	if _, err := q.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'waiting_to_backfill', version = version + 1,
-		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = nullif(coalesce(status_detail, '{}') - 'capture_failure' - 'rebuild_reason' - 'halt', '{}')
-		WHERE id = $1`, e.tbl("_definitions")), d.id); err != nil {
-		return nil, err
-	}
-	// Leftover build work is discarded; columns are bound again by name
-	// (the re-validation just resolved them) at the next staging pass.
-	for _, s := range []string{
-		fmt.Sprintf("DELETE FROM %s WHERE definition_id = $1", e.tbl("_build_tasks")),
-		fmt.Sprintf("UPDATE %s SET bindings = NULL WHERE definition_id = $1", e.tbl("_definition_reads")),
-	} {
-		if _, err := q.Exec(ctx, s, d.id); err != nil {
-			return nil, err
-		}
-	}
-	// Held keys are released: the rebuild re-derives them.
+	// Status, build work, column bindings and held keys change in the
+	// catalog function (D9); the rebuild starts after the caller's COMMIT.
 	var released int64
-	if err := q.QueryRow(ctx, fmt.Sprintf(`WITH p AS (DELETE FROM %s WHERE definition_id = $1 RETURNING 1) SELECT count(*) FROM p`,
-		e.tbl("_poison")), d.id).Scan(&released); err != nil {
-		return nil, err
-	}
-	if _, err := q.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE definition_id = $1`, e.tbl("_key_deaths")), d.id); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_resume(current_user::regrole, $1)`, ident(e.cfg.Schema)), d.id).Scan(&released); err != nil {
 		return nil, err
 	}
 	if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'resume')", e.channel("wake")); err != nil {

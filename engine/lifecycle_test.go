@@ -165,6 +165,34 @@ func TestPauseNeedsOwnershipAndRollsBack(t *testing.T) {
 		tx.Rollback(ctx)
 		wantErr(t, err, pgerr.InsufficientPrivilege, "NotOwner")
 	}
+	// An ordinary role that owns its transform pauses and resumes it without
+	// any privilege on the catalog's storage (D9).
+	exec(t, pool, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'app_owner') THEN CREATE ROLE app_owner; END IF; END $$`)
+	exec(t, pool, `GRANT CREATE ON SCHEMA public TO app_owner`)
+	exec(t, pool, `GRANT SELECT ON src TO app_owner`)
+	exec(t, pool, `GRANT USAGE ON SCHEMA trellis TO app_owner`) // as the SQL surface grants PUBLIC
+	for _, text := range []string{"TRANSFORM mine FROM src SELECT a + 1 AS b", "PAUSE TRANSFORM mine", "RESUME TRANSFORM mine"} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec(t, tx, "SET LOCAL ROLE app_owner")
+		if _, err := e.Apply(ctx, tx, mustParse(t, text), ApplyOptions{InTransactionBlock: true}); err != nil {
+			tx.Rollback(ctx)
+			t.Fatalf("%s as its owner: %v", text, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if text[0] == 'T' {
+			awaitLive(t, e, "mine")
+		}
+	}
+	awaitLive(t, e, "mine")
+	exec(t, pool, `INSERT INTO src VALUES (7, 7)`)
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, b FROM mine`, `SELECT id, a + 1 FROM src`)
+
 	// A pause rolled back leaves the transform live.
 	tx, err := pool.Begin(ctx)
 	if err != nil {

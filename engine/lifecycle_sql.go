@@ -1,0 +1,86 @@
+package engine
+
+// lifecycleFunctions are the catalog parts of PAUSE and RESUME (engine spec
+// §12.8 table): SECURITY DEFINER, owned by the workers' role, executable by
+// PUBLIC; each proves the session may act as the claimed role and that the
+// role owns the transform (D9). Migrate replaces them on every run, like
+// privilegedFunctions. {{S}} is the quoted catalog schema.
+const lifecycleFunctions = `
+CREATE OR REPLACE FUNCTION {{S}}._lifecycle_check(acting regrole, def_id bigint) RETURNS record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record;
+BEGIN
+  PERFORM {{S}}._check_acting(acting);
+  SELECT id, status, owner_role, target_table INTO d FROM {{S}}._definitions WHERE id = def_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'transform % does not exist', def_id USING ERRCODE = '42704',
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  IF NOT pg_has_role(acting, d.owner_role, 'USAGE') THEN
+    RAISE EXCEPTION 'must be owner of transform %', d.target_table USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
+  RETURN d;
+END $fn$;
+
+-- The definition row of a transform, locked FOR UPDATE until the caller's
+-- transaction ends, for its owner.
+CREATE OR REPLACE FUNCTION {{S}}._lifecycle_lock(acting regrole, tschema text, tname text,
+    OUT id bigint, OUT status text, OUT target_table text, OUT source_table text, OUT definition_sql text, OUT compiled jsonb)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE def_id bigint;
+BEGIN
+  SELECT d.id INTO def_id FROM {{S}}._definitions d WHERE d.target_table = format('%I.%I', tschema, tname);
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  PERFORM {{S}}._lifecycle_check(acting, def_id);
+  RETURN QUERY SELECT d.id, d.status, d.target_table, d.source_table, d.definition_sql, d.compiled
+    FROM {{S}}._definitions d WHERE d.id = def_id;
+END $fn$;
+
+-- PAUSE: freeze an applying definition and drop its build work.
+CREATE OR REPLACE FUNCTION {{S}}._lifecycle_pause(acting regrole, def_id bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record;
+BEGIN
+  SELECT * INTO d FROM {{S}}._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  IF d.status IN ('paused', 'quarantined') THEN
+    RETURN d.status;
+  END IF;
+  UPDATE {{S}}._definitions SET status = 'paused', version = version + 1,
+    build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+    status_detail = nullif(coalesce(status_detail, '{}') - 'rebuild_reason', '{}')
+  WHERE id = def_id;
+  DELETE FROM {{S}}._build_tasks WHERE definition_id = def_id;
+  RETURN 'paused';
+END $fn$;
+
+-- RESUME (after the caller re-validated): back to waiting_to_backfill for a
+-- rebuild, failure and build state cleared, columns re-bound at the next
+-- staging pass, held keys released. Returns the number released.
+CREATE OR REPLACE FUNCTION {{S}}._lifecycle_resume(acting regrole, def_id bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record; released bigint;
+BEGIN
+  SELECT * INTO d FROM {{S}}._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  IF d.status NOT IN ('paused', 'quarantined') THEN
+    RAISE EXCEPTION 'transform % is %, not paused', d.target_table, d.status USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/TransformNotPaused';
+  END IF;
+  UPDATE {{S}}._definitions SET status = 'waiting_to_backfill', version = version + 1,
+    build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+    status_detail = nullif(coalesce(status_detail, '{}') - 'capture_failure' - 'rebuild_reason' - 'halt', '{}')
+  WHERE id = def_id;
+  DELETE FROM {{S}}._build_tasks WHERE definition_id = def_id;
+  UPDATE {{S}}._definition_reads SET bindings = NULL WHERE definition_id = def_id;
+  WITH p AS (DELETE FROM {{S}}._poison WHERE definition_id = def_id RETURNING 1) SELECT count(*) INTO released FROM p;
+  DELETE FROM {{S}}._key_deaths WHERE definition_id = def_id;
+  RETURN released;
+END $fn$;
+
+REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
+  {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;
+`
