@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 3
+const formatVersion = 4
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -143,6 +143,20 @@ ALTER TABLE {{S}}._definition_reads ADD COLUMN bindings jsonb;
 ALTER TABLE {{S}}._captured_tables ADD COLUMN trigger_xmins jsonb, ADD COLUMN relfilenode oid;
 ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
   ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep'));
+`,
+	// 4: the column fuse (§12.12, surface §6.1): failing rows per field of a
+	// 1-1 definition, and the columns paused by it.
+	`
+CREATE TABLE {{S}}._column_failures (
+  definition_id bigint NOT NULL REFERENCES {{S}}._definitions ON DELETE CASCADE,
+  column_name text NOT NULL, src_table text NOT NULL, key text NOT NULL,
+  error text NOT NULL, sqlstate text, failed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (definition_id, column_name, src_table, key));
+CREATE TABLE {{S}}._paused_columns (
+  definition_id bigint NOT NULL REFERENCES {{S}}._definitions ON DELETE CASCADE,
+  column_name text NOT NULL, paused_at timestamptz NOT NULL DEFAULT now(),
+  last_error text, sqlstate text, cascaded_from text[] NOT NULL DEFAULT '{}',
+  PRIMARY KEY (definition_id, column_name));
 `,
 }
 
