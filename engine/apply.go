@@ -21,20 +21,34 @@ type compiledDef struct {
 	deleteEmpty string
 	recompute   string
 	ledgerGC    string
+	// paused are the 1-1 fields the column fuse paused (never written);
+	// fieldProbe evaluates one field alone for keys $1 (attribution).
+	paused     map[string]bool
+	pausedKey  string
+	fieldProbe map[string]string
 }
 
 func (e *Engine) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
+	return e.compiledForPaused(id, version, raw, nil)
+}
+
+// compiledForPaused is compiledFor for a definition with paused columns.
+func (e *Engine) compiledForPaused(id, version int64, raw []byte, paused []string) (*compiledDef, error) {
+	pk := strings.Join(paused, "\x00")
 	e.cacheMu.Lock()
 	cd := e.cache[id]
 	e.cacheMu.Unlock()
-	if cd != nil && cd.version == version {
+	if cd != nil && cd.version == version && cd.pausedKey == pk {
 		return cd, nil
 	}
 	c := &compiled{}
 	if err := json.Unmarshal(raw, c); err != nil {
 		return nil, fmt.Errorf("definition %d: bad compiled form: %w", id, err)
 	}
-	cd = &compiledDef{id: id, version: version, c: c}
+	cd = &compiledDef{id: id, version: version, c: c, pausedKey: pk, paused: map[string]bool{}}
+	for _, p := range paused {
+		cd.paused[p] = true
+	}
 	cd.generate()
 	e.cacheMu.Lock()
 	e.cache[id] = cd
@@ -58,10 +72,18 @@ func (cd *compiledDef) generate() {
 	src := c.source() + " AS " + ident(SourceAlias)
 	lookup := keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)
 	if !c.Spec.IsAggregate() {
-		nk, nf := len(c.Key), len(c.Spec.Fields)
+		var fields []Field
+		cd.fieldProbe = map[string]string{}
+		for _, f := range c.Spec.Fields {
+			if !cd.paused[f.Name] {
+				fields = append(fields, f)
+				cd.fieldProbe[f.Name] = `WITH u AS (SELECT * FROM ` + unnest + `) SELECT (` + f.Expr + `)::text FROM u JOIN ` + src + ` ON ` + lookup
+			}
+		}
+		nk, nf := len(c.Key), len(fields)
 		tcols := joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ")
 		if nf > 0 {
-			tcols += ", " + joinf(nf, func(i int) string { return ident(c.Spec.Fields[i].Name) }, ", ")
+			tcols += ", " + joinf(nf, func(i int) string { return ident(fields[i].Name) }, ", ")
 		}
 		sel := joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
 		if nf > 0 {
@@ -69,11 +91,11 @@ func (cd *compiledDef) generate() {
 		}
 		set := joinf(nk, func(i int) string { n := ident(c.Key[i].Name); return n + " = excluded." + n }, ", ")
 		if nf > 0 {
-			set += ", " + joinf(nf, func(i int) string { n := ident(c.Spec.Fields[i].Name); return n + " = excluded." + n }, ", ")
+			set += ", " + joinf(nf, func(i int) string { n := ident(fields[i].Name); return n + " = excluded." + n }, ", ")
 		}
 		liveCols := joinf(nk, func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " AS __p" + itoa(i) }, ", ")
 		if nf > 0 {
-			liveCols += ", " + joinf(nf, func(i int) string { return "(" + c.Spec.Fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
+			liveCols += ", " + joinf(nf, func(i int) string { return "(" + fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
 		}
 		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),

@@ -64,15 +64,17 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	// Fence against pause/drop/alter, like a page.
 	var version int64
 	var raw []byte
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled FROM %s WHERE id = $1 AND build_id = $2
-		AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw)
+	var paused []string
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled,
+		ARRAY(SELECT pc.column_name FROM %s pc WHERE pc.definition_id = $1 ORDER BY 1) FROM %s WHERE id = $1 AND build_id = $2
+		AND status = 'backfilling' FOR SHARE`, e.tbl("_paused_columns"), e.tbl("_definitions")), defID, build).Scan(&version, &raw, &paused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // superseded; the task row dies with its build
 	}
 	if err != nil {
 		return err
 	}
-	cd, err := e.compiledFor(defID, version, raw)
+	cd, err := e.compiledForPaused(defID, version, raw, paused)
 	if err != nil {
 		return err
 	}

@@ -371,10 +371,12 @@ type readerDef struct {
 // readers returns the applying definitions reading any of tables, locked
 // FOR SHARE in id order (§12.6 step 2).
 func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, error) {
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, d.compiled, r.table_name FROM %s d
-		JOIN %s r ON r.definition_id = d.id
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, d.compiled, r.table_name,
+		  ARRAY(SELECT pc.column_name FROM %[3]s pc WHERE pc.definition_id = d.id ORDER BY 1)
+		FROM %[1]s d
+		JOIN %[2]s r ON r.definition_id = d.id
 		WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')
-		ORDER BY d.id FOR SHARE OF d`, e.tbl("_definitions"), e.tbl("_definition_reads")), tables)
+		ORDER BY d.id FOR SHARE OF d`, e.tbl("_definitions"), e.tbl("_definition_reads"), e.tbl("_paused_columns")), tables)
 	if err != nil {
 		return nil, err
 	}
@@ -382,11 +384,12 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		id, version int64
 		c           []byte
 		table       string
+		paused      []string
 	}
 	var rs []raw
 	for rows.Next() {
 		var r raw
-		if err := rows.Scan(&r.id, &r.version, &r.c, &r.table); err != nil {
+		if err := rows.Scan(&r.id, &r.version, &r.c, &r.table, &r.paused); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -398,7 +401,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	}
 	out := make([]readerDef, 0, len(rs))
 	for _, r := range rs {
-		cd, err := e.compiledFor(r.id, r.version, r.c)
+		cd, err := e.compiledForPaused(r.id, r.version, r.c, r.paused)
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,8 @@ const (
 	deathsToPoison = 5
 	// heldKeysToQuarantine is how many held keys quarantine a definition.
 	heldKeysToQuarantine = 5
+	// failingRowsToPause is how many failing rows pause a 1-1 column.
+	failingRowsToPause = 5
 	// buildAttemptsToPause is the charged chunk attempt that pauses a build.
 	buildAttemptsToPause = 5
 )
@@ -47,6 +49,7 @@ type keyFailure struct {
 	def        int64
 	table, key string
 	err        error
+	column     string // the 1-1 field that fails alone for the key, if one does
 }
 
 func errMessage(err error) string {
@@ -160,7 +163,11 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_probe_key"); err != nil {
 				return err
 			}
-			failed = append(failed, keyFailure{def: d.cd.id, table: k.table, key: k.key, err: kerr})
+			f := keyFailure{def: d.cd.id, table: k.table, key: k.key, err: kerr}
+			if err := e.attributeColumn(ctx, tx, d.cd, &f); err != nil {
+				return err
+			}
+			failed = append(failed, f)
 		} else {
 			applied = append(applied, k)
 		}
@@ -174,7 +181,81 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 	if err := e.clearDeaths(ctx, tx, d.cd.id, applied); err != nil {
 		return err
 	}
+	if err := e.chargeColumns(ctx, tx, d.cd, failed); err != nil {
+		return err
+	}
 	return e.chargeFailures(ctx, tx, d.cd, failed, meta)
+}
+
+// attributeColumn evaluates each unpaused field of a 1-1 definition alone
+// for a key that failed, and names the first that raises (§12.12 "the probe
+// can also evaluate each compiled field alone").
+func (e *Engine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef, f *keyFailure) error {
+	if cd.c.Spec.IsAggregate() || len(cd.fieldProbe) == 0 {
+		return nil
+	}
+	args, _, _ := keyArgs([]string{f.key}, cd.c.Key, cd.c.KeyNullable)
+	for _, fl := range cd.c.Spec.Fields {
+		q, ok := cd.fieldProbe[fl.Name]
+		if !ok {
+			continue
+		}
+		if _, err := tx.Exec(ctx, "SAVEPOINT trellis_probe_col"); err != nil {
+			return err
+		}
+		_, ferr := tx.Exec(ctx, q, args...)
+		if ferr != nil && !poisonous(ferr) {
+			return ferr
+		}
+		if ferr != nil {
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_probe_col"); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_probe_col"); err != nil {
+			return err
+		}
+		if ferr != nil {
+			f.column, f.err = fl.Name, ferr
+			return nil
+		}
+	}
+	return nil
+}
+
+// chargeColumns records failing rows per (definition, column); a column
+// with 5 distinct failing rows is paused: it is no longer written and keeps
+// its values (surface §6.1). Its keys then apply without it.
+func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, failed []keyFailure) error {
+	cols := map[string]bool{}
+	for _, f := range failed {
+		if f.column == "" {
+			continue
+		}
+		cols[f.column] = true
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, column_name, src_table, key, error, sqlstate)
+			VALUES ($1, $2, $3, $4, $5, nullif($6, ''))
+			ON CONFLICT (definition_id, column_name, src_table, key) DO UPDATE SET error = excluded.error,
+			  sqlstate = excluded.sqlstate, failed_at = now()`, e.tbl("_column_failures")),
+			f.def, f.column, f.table, f.key, errMessage(f.err), codeOf(f.err)); err != nil {
+			return err
+		}
+	}
+	for col := range cols {
+		tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s (definition_id, column_name, last_error, sqlstate)
+			SELECT $1, $2, (array_agg(f.error ORDER BY f.failed_at DESC))[1], (array_agg(f.sqlstate ORDER BY f.failed_at DESC))[1]
+			FROM %[2]s f WHERE f.definition_id = $1 AND f.column_name = $2
+			HAVING count(*) >= $3
+			ON CONFLICT (definition_id, column_name) DO NOTHING`, e.tbl("_paused_columns"), e.tbl("_column_failures")),
+			cd.id, col, failingRowsToPause)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() > 0 {
+			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.c.TargetText, "column", col)
+		}
+	}
+	return nil
 }
 
 // clearDeaths forgets the death counts of keys a definition applied cleanly.

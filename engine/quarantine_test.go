@@ -142,7 +142,10 @@ func TestQuarantineFuseQuarantinesTransform(t *testing.T) {
 		Fields: []Field{{Name: "a", Expr: col("a"), Reads: []string{"a"}}}})
 	awaitLive(t, e, "ratio")
 	awaitLive(t, e, "copy")
-	exec(t, pool, `UPDATE m SET b = 0, a = a + 100`) // every row fails for ratio
+	// Every row refused by a constraint on the target: attributable to keys,
+	// not to a column (the formula alone is fine).
+	exec(t, pool, `ALTER TABLE ratio ADD CONSTRAINT small CHECK (r < 1000)`)
+	exec(t, pool, `UPDATE m SET a = a + 100000`)
 	waitFor(t, "ratio quarantined", 60*time.Second, func() bool {
 		s, _ := e.StatusOf(t.Context(), TableName{Name: "ratio"})
 		return s != nil && s.Status == "quarantined"
@@ -232,5 +235,33 @@ func TestQuarantineBuildFailurePausesAfterFiveAttempts(t *testing.T) {
 	bf := scalar[string](t, pool, `SELECT (status_detail -> 'backfill_failure')::text FROM trellis._definitions`)
 	if !strings.Contains(bf, `"attempts": 5`) || !strings.Contains(bf, "target offline") || !strings.Contains(bf, `"sqlstate": "55006"`) {
 		t.Fatalf("backfill_failure %s", bf)
+	}
+}
+
+func TestQuarantineColumnFusePausesOneColumn(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int, b int)`)
+	exec(t, pool, `INSERT INTO m SELECT g, g, 1 FROM generate_series(1, 40) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	define(t, e, Spec{Target: TableName{Name: "two"}, Source: TableName{Name: "m"},
+		Fields: []Field{{Name: "ratio", Expr: col("a") + " / " + col("b"), Reads: []string{"a", "b"}},
+			{Name: "plus", Expr: col("a") + " + 1", Reads: []string{"a"}}}})
+	awaitLive(t, e, "two")
+	exec(t, pool, `UPDATE m SET b = 0, a = a * 10 WHERE id <= 8`) // 8 rows fail on ratio only
+	waitFor(t, "ratio paused", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._paused_columns WHERE column_name = 'ratio'`) == 1
+	})
+	exec(t, pool, `UPDATE m SET a = a + 1 WHERE id > 30`)
+	exec(t, pool, `INSERT INTO m VALUES (100, 5, 1)`)
+	converge(t, e)
+	// plus is exact everywhere; ratio keeps its last values (new rows: NULL).
+	assertSame(t, pool, `SELECT id, plus FROM two`, `SELECT id, a + 1 FROM m`)
+	assertSame(t, pool, `SELECT id, ratio FROM two WHERE id <= 30`, `SELECT g, g FROM generate_series(1, 30) g`)
+	assertSame(t, pool, `SELECT id, ratio FROM two WHERE id > 30`, `SELECT id, CASE WHEN id = 100 THEN NULL ELSE a - 1 END FROM m WHERE id > 30`)
+	if n := count(t, pool, `SELECT 1 FROM trellis._poison`); n != 0 {
+		t.Fatalf("%d keys held; the column fuse should have taken them", n)
+	}
+	if s, _ := e.StatusOf(t.Context(), TableName{Name: "two"}); s == nil || s.Status != "live" {
+		t.Fatalf("status %+v", s)
 	}
 }
