@@ -56,7 +56,7 @@ bench-engine: prereqs
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder backfill idle-cost memory
 
 docker:
-	docker build -t trellis-proxy:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) -t trellis-proxy:$(VERSION) .
 
 clean:
 	rm -rf bin
