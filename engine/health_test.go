@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,7 +60,9 @@ func runWriters(t *testing.T, e *Engine, table string, n int) (stop func() error
 // logs a schema marker instead).
 func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 	pool := testDB(t)
-	e, _ := startEngine(t, pool, fastConfig())
+	cfg := fastConfig()
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it
+	e, _ := startEngine(t, pool, cfg)
 	for _, alter := range []string{
 		`ALTER TABLE s ADD COLUMN extra int`,
 		`ALTER TABLE s DROP COLUMN b`,
@@ -89,5 +92,70 @@ func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 		var markers int
 		pool.QueryRow(context.Background(), "SELECT count(*) FROM trellis._change_log WHERE op = 'schema'").Scan(&markers)
 		t.Logf("%s: ok, markers so far %d", alter, markers)
+	}
+}
+
+// BenchmarkCaptureGuard measures the write tax of the capture guard (the
+// key-column check at the head of each capture function), server-side to
+// keep client noise out: a DO block runs 2,000 single-row INSERT and UPDATE
+// statements (each fires its statement trigger) on a table without capture,
+// with unguarded capture and with the guard; modes interleave, best of 5.
+func BenchmarkCaptureGuard(b *testing.B) {
+	pool := testDB(b)
+	cfg := fastConfig()
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it
+	e, _ := startEngine(b, pool, cfg)
+	ctx := context.Background()
+	modes := []string{"no_capture", "unguarded", "guarded"}
+	for _, mode := range modes {
+		exec(b, pool, `CREATE TABLE `+mode+` (id int PRIMARY KEY, a int)`)
+		if mode == "no_capture" {
+			continue
+		}
+		p := e.newCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := e.installCapture(ctx, conn.Conn(), p); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+		if mode == "unguarded" {
+			for _, ev := range []string{"insert", "update", "delete"} {
+				for _, s := range e.captureDDL(p) {
+					if strings.HasPrefix(s, "CREATE OR REPLACE FUNCTION "+e.capFunc(p.table, ev)+"()") {
+						exec(b, conn, strings.Replace(s, e.captureGuard(p, ev), "", 1))
+					}
+				}
+			}
+		}
+		conn.Release()
+	}
+	// The capture functions' own time per call, from pg_stat_user_functions.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	exec(b, conn, `SET track_functions = 'pl'`)
+	const n = 2000
+	for i := 0; i < b.N; i++ {
+		for _, mode := range modes {
+			base := i * n
+			exec(b, conn, fmt.Sprintf(`DO $$ BEGIN FOR i IN %d..%d LOOP
+				INSERT INTO %s VALUES (i, 1); UPDATE %s SET a = a + 1 WHERE id = i; END LOOP; END $$`, base+1, base+n, mode, mode))
+		}
+	}
+	exec(b, conn, `SELECT pg_stat_force_next_flush()`)
+	exec(b, conn, `SELECT 1`)
+	for _, mode := range modes[1:] {
+		var us float64
+		p := e.newCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		fns := []string{e.capFunc(p.table, "insert"), e.capFunc(p.table, "update")}
+		if err := conn.QueryRow(ctx, `SELECT coalesce(1000 * sum(self_time) / nullif(sum(calls), 0), 0) FROM pg_stat_user_functions
+			WHERE funcid = ANY (ARRAY[$1::text::regproc, $2::text::regproc]::oid[])`, fns[0], fns[1]).Scan(&us); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(us, mode+"_us/call")
 	}
 }
