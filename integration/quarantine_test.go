@@ -116,12 +116,29 @@ func TestQuarantineThroughProxy(t *testing.T) {
 		t.Fatal("drain_failure did not clear")
 	}
 
-	// Every row failing trips the transform fuse.
-	mustExec(t, c, `UPDATE orders SET qty = 0`)
-	eventually(t, 60*time.Second, "unit quarantined", func() bool {
-		return qString(t, c, `SELECT count(*)::text FROM trellis.quarantined WHERE target = 'unit'`) == "1"
+	// Many rows failing on one field pause that column only (it keeps its
+	// values; the rest of the target stays live).
+	mustExec(t, c, `TRANSFORM two FROM orders SELECT price / qty AS per, price + 1 AS up`)
+	h.waitStatus(t, "two", "live")
+	mustExec(t, c, `UPDATE orders SET qty = 0, price = price + 1000 WHERE id <= 20`)
+	eventually(t, 60*time.Second, "two.per paused", func() bool {
+		return qString(t, c, `SELECT count(*)::text FROM trellis.quarantined WHERE target = 'two.per' AND state = 'paused'`) == "1"
 	})
-	eventually(t, 60*time.Second, "gross still exact", func() bool {
-		return sameAs(t, c, `SELECT id, p FROM gross`, `SELECT id, price * 2 FROM orders`)
+	eventually(t, 60*time.Second, "two.up exact", func() bool {
+		return sameAs(t, c, `SELECT id, up FROM two`, `SELECT id, price + 1 FROM orders`)
+	})
+	if s := qString(t, c, `SELECT status || ' ' || paused_columns::text FROM trellis.status WHERE target = 'two'`); s != "live {per}" {
+		t.Fatalf("two: %s", s)
+	}
+
+	// Every row refused by a constraint on the target (not a column's
+	// formula) trips the transform fuse; other transforms stay exact.
+	mustExec(t, c, `ALTER TABLE gross ADD CONSTRAINT small CHECK (p < 100000)`)
+	mustExec(t, c, `UPDATE orders SET price = price + 100000`)
+	eventually(t, 60*time.Second, "gross quarantined", func() bool {
+		return qString(t, c, `SELECT count(*)::text FROM trellis.quarantined WHERE target = 'gross' AND held_keys >= 5`) == "1"
+	})
+	eventually(t, 60*time.Second, "two.up still exact", func() bool {
+		return sameAs(t, c, `SELECT id, up FROM two`, `SELECT id, price + 1 FROM orders`)
 	})
 }

@@ -7,8 +7,8 @@ func init() {
 // quarantineSQL is the part of the surface script for held keys (surface
 // §6.3, §6.5): quarantined_rows, sample_quarantined, release_key. It runs
 // after surfaceSQL (it reads trellis.poisoned and quarantine_status) and
-// grants its own view. Per-column pauses have no engine mechanism yet, so a
-// column address pages nothing.
+// grants its own view. A column address pages the failing rows of a column
+// the column fuse paused.
 const quarantineSQL = `
 -- §6.3: held keys, visible like trellis.poisoned. The cursor is
 -- <byte length of src_table>:<src_table><key>.
@@ -22,14 +22,25 @@ CREATE VIEW {{S}}.quarantined_rows WITH (security_barrier = true) AS
   FROM {{S}}._poison p JOIN {{S}}._definitions d ON d.id = p.definition_id
   LEFT JOIN pg_class c ON c.oid = d.target_oid
   WHERE has_table_privilege(d.target_oid, 'SELECT')
-    AND coalesce(has_table_privilege(to_regclass(p.src_table), 'SELECT'), false);
+    AND coalesce(has_table_privilege(to_regclass(p.src_table), 'SELECT'), false)
+  UNION ALL
+  SELECT coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') || '.' || f.column_name,
+         coalesce(c.relname::text, d.compiled #>> '{spec,target,name}'),
+         f.column_name::text, f.src_table::text, f.key::text, f.error::text, f.sqlstate::text, f.failed_at::timestamptz,
+         (octet_length(f.src_table)::text || ':' || f.src_table || f.key)::text
+  FROM {{S}}._column_failures f
+  JOIN {{S}}._paused_columns pc ON pc.definition_id = f.definition_id AND pc.column_name = f.column_name
+  JOIN {{S}}._definitions d ON d.id = f.definition_id
+  LEFT JOIN pg_class c ON c.oid = d.target_oid
+  WHERE has_table_privilege(d.target_oid, 'SELECT')
+    AND coalesce(has_table_privilege(to_regclass(f.src_table), 'SELECT'), false);
 
 CREATE FUNCTION {{S}}.sample_quarantined(target text, after_cursor text DEFAULT NULL, max_rows int8 DEFAULT 100)
 RETURNS TABLE (src_table text, key text, error_message text, cursor text)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   t text := split_part(sample_quarantined.target, '.', 1);
-  is_col boolean := position('.' in sample_quarantined.target) > 0;
+  c text := nullif(substr(sample_quarantined.target, length(t) + 2), '');
   at text := NULL;
   ak text := NULL;
   n int8;
@@ -60,12 +71,9 @@ BEGIN
         DETAIL = 'trellis: validation/BadCursor', HINT = 'pass back a cursor sample_quarantined returned, or NULL';
     END;
   END IF;
-  IF is_col THEN
-    RETURN;  -- per-column failing rows are not recorded yet
-  END IF;
   RETURN QUERY
     SELECT q.src_table, q.key, q.error_message, q.cursor FROM {{S}}.quarantined_rows q
-    WHERE q.transform = t
+    WHERE q.transform = t AND q.column_name IS NOT DISTINCT FROM c
       AND (at IS NULL OR (q.src_table COLLATE "C", q.key COLLATE "C") > (at COLLATE "C", ak COLLATE "C"))
     ORDER BY q.src_table COLLATE "C", q.key COLLATE "C"
     LIMIT max_rows;

@@ -2,6 +2,7 @@ package virtualtables
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,13 +98,23 @@ func TestQuarantineSurface(t *testing.T) {
 		t.Fatal("unit not exact after release")
 	}
 
-	// Every row failing trips the transform fuse: trellis.quarantined lists it.
+	// Ten rows failing on one field trip the column fuse: the column is
+	// paused, listed, sampled; the transform stays live.
 	exec(t, pool, `UPDATE orders SET qty = 0 WHERE id <= 10`)
-	pollTrue(t, "unit quarantined", func() bool {
-		return queryStrings(t, pool, `SELECT count(*)::text FROM trellis.quarantined WHERE target = 'unit' AND held_keys >= 5`)[0] == "1"
+	pollTrue(t, "unit.per paused", func() bool {
+		return queryStrings(t, pool, `SELECT count(*)::text FROM trellis.quarantined WHERE target = 'unit.per' AND state = 'paused'`)[0] == "1"
 	})
-	if r := queryStrings(t, pool, `SELECT state FROM trellis.quarantine_status('unit')`); r[0] != "quarantined" {
-		t.Fatalf("quarantine_status: %v", r)
+	if r := queryStrings(t, pool, `SELECT state || ' ' || coalesce(last_error, '') FROM trellis.quarantine_status('unit.per')`); r[0] != "paused division by zero" {
+		t.Fatalf("quarantine_status(unit.per): %v", r)
+	}
+	if r := queryStrings(t, pool, `SELECT state FROM trellis.quarantine_status('unit.other')`); r[0] != "live" {
+		t.Fatalf("quarantine_status(unit.other): %v", r)
+	}
+	if r := queryStrings(t, pool, `SELECT status || ' ' || paused_columns::text || ' ' || problem FROM trellis.status WHERE target = 'unit'`); r[0] != "live {per} column per paused: division by zero" {
+		t.Fatalf("status: %v", r)
+	}
+	if r := queryStrings(t, pool, `SELECT key FROM trellis.sample_quarantined('unit.per', '13:public.orders2', 3)`); strings.Join(r, ",") != "3,4,5" {
+		t.Fatalf("sample_quarantined(unit.per): %v", r)
 	}
 }
 

@@ -186,6 +186,11 @@ df_tables AS (  -- tables with changes in that batch (read only while a page fai
 pk AS (
   SELECT p.definition_id AS id, count(*)::int8 AS held_count, min(p.poisoned_at) AS oldest
   FROM {{S}}._poison p GROUP BY p.definition_id),
+pcol AS (  -- columns paused by the column fuse (engine §12.12)
+  SELECT pc.definition_id AS id, array_agg(pc.column_name::text ORDER BY pc.column_name) AS cols,
+         (array_agg(pc.column_name::text ORDER BY pc.paused_at, pc.column_name))[1] AS first_col,
+         (array_agg(pc.last_error ORDER BY pc.paused_at, pc.column_name))[1] AS first_error
+  FROM {{S}}._paused_columns pc GROUP BY pc.definition_id),
 fl AS (SELECT {{S}}.has_live_staging_worker() AS staging, {{S}}.has_live_drain_workers() AS drain),
 x AS (
   SELECT d.*, h.held_back_by,
@@ -208,12 +213,14 @@ x AS (
         'error', df.last_error, 'sqlstate', df.last_sqlstate, 'since', NULL, 'last_seen', NULL, 'attempts', df.attempts)
       ELSE d.status_detail -> 'drain_failure' END AS drain_failure,
     pk.held_count, pk.oldest,
+    pcol.cols AS paused_cols, pcol.first_col, pcol.first_error,
     fl.staging, fl.drain
   FROM defs d
   LEFT JOIN held h ON h.id = d.id
   LEFT JOIN bt ON bt.build_id = d.build_id AND d.stored = 'backfilling'
   LEFT JOIN bf ON bf.build_id = d.build_id
   LEFT JOIN pk ON pk.id = d.id
+  LEFT JOIN pcol ON pcol.id = d.id
   LEFT JOIN df ON true
   CROSS JOIN fl)
 SELECT
@@ -228,6 +235,7 @@ SELECT
        format('waiting for %s on %s', x.capture_wait ->> 'lock_mode', x.capture_wait ->> 'table_name'))
      WHEN x.stored = 'waiting_to_backfill' AND x.mine THEN 'defined in this open transaction; building starts at COMMIT'
      WHEN x.held_count > 0 THEN x.held_count || ' source keys quarantined'
+     WHEN x.first_col IS NOT NULL THEN 'column ' || x.first_col || ' paused: ' || coalesce(x.first_error, 'paused upstream')
      WHEN x.reported <> 'live' AND NOT x.staging THEN 'no live staging worker'
      WHEN x.reported <> 'live' AND NOT x.drain THEN 'no live drain worker'
    END)::text AS problem,
@@ -236,7 +244,7 @@ SELECT
   x.est::int8 AS build_rows_estimated,
   x.started::timestamptz AS build_started_at,
   (CASE WHEN x.reported IN ('catching_up', 'waiting_to_backfill') THEN x.held_back_by END)::text AS held_back_by,
-  '{}'::text[] AS paused_columns,
+  coalesce(x.paused_cols, '{}')::text[] AS paused_columns,
   x.target_table::text AS target_table,
   x.source_table::text AS source_table,
   x.id::int8 AS definition_id,
@@ -280,13 +288,18 @@ CREATE VIEW {{S}}.relationships AS
          NULL::timestamptz AS created_at
   WHERE false;
 
--- §6.2: quarantined transforms (paused columns have no mechanism yet).
+-- §6.2: quarantined transforms, then paused columns (the column fuse).
 CREATE VIEW {{S}}.quarantined AS
-  SELECT s.target, s.target AS transform, NULL::text AS column_name, s.status AS state,
-         NULL::timestamptz AS paused_at, NULL::text AS last_error, '{}'::text[] AS cascaded_from,
-         coalesce((s.held_keys ->> 'held_count')::int8, 0) AS held_keys
-  FROM {{S}}.status s WHERE s.status = 'quarantined'
-  ORDER BY s.target;
+  SELECT q.* FROM (
+    SELECT s.target, s.target AS transform, NULL::text AS column_name, s.status AS state,
+           NULL::timestamptz AS paused_at, NULL::text AS last_error, '{}'::text[] AS cascaded_from,
+           coalesce((s.held_keys ->> 'held_count')::int8, 0) AS held_keys
+    FROM {{S}}.status s WHERE s.status = 'quarantined'
+    UNION ALL
+    SELECT s.target || '.' || pc.column_name, s.target, pc.column_name::text, 'paused'::text,
+           pc.paused_at::timestamptz, pc.last_error::text, pc.cascaded_from::text[], NULL::int8
+    FROM {{S}}.status s JOIN {{S}}._paused_columns pc ON pc.definition_id = s.definition_id) q
+  ORDER BY q.transform, q.column_name NULLS FIRST;
 
 CREATE FUNCTION {{S}}.quarantine_status(target text) RETURNS SETOF {{S}}.quarantined
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -311,8 +324,12 @@ BEGIN
     RETURN QUERY SELECT t, t, NULL::text, s.status::text, NULL::timestamptz, NULL::text, '{}'::text[],
       coalesce((s.held_keys ->> 'held_count')::int8, 0);
   ELSE
-    RETURN QUERY SELECT quarantine_status.target, t, c, 'live'::text, NULL::timestamptz, NULL::text,
-      '{}'::text[], NULL::int8;
+    RETURN QUERY SELECT quarantine_status.target, q.transform, q.column_name, q.state, q.paused_at, q.last_error,
+      q.cascaded_from, q.held_keys FROM {{S}}.quarantined q WHERE q.transform = t AND q.column_name = c;
+    IF NOT FOUND THEN
+      RETURN QUERY SELECT quarantine_status.target, t, c, 'live'::text, NULL::timestamptz, NULL::text,
+        '{}'::text[], NULL::int8;
+    END IF;
   END IF;
 END
 $fn$;
