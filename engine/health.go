@@ -35,14 +35,17 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	default:
 		return ""
 	}
-	conds := make([]string, len(p.key))
+	names := make([]string, len(p.key))
+	pairs := make([]string, len(p.key))
 	for i, k := range p.key {
-		conds[i] = "(attname = " + lit(k.Name) + " AND format_type(atttypid, NULL) = " + lit(k.Type) + ")"
+		names[i] = lit(k.Name)
+		pairs[i] = "(" + lit(k.Name) + "::name, " + lit(k.Type) + "::regtype::oid)"
 	}
-	return `  IF NOT EXISTS (SELECT 1 FROM ` + rel + `) THEN RETURN NULL; END IF;
-  -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
-  IF (SELECT count(*) FROM pg_attribute WHERE attrelid = TG_RELID AND attnum > 0 AND NOT attisdropped
-      AND (` + strings.Join(conds, " OR ") + `)) <> ` + itoa(len(p.key)) + ` THEN
+	// One unique-index probe per key column on pg_attribute (attrelid, attname).
+	_ = rel // one SPI statement only: each costs about as much as the keyed INSERT's planning
+	return `  -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
+  IF (SELECT count(*) FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN (` + strings.Join(names, ", ") + `)
+      AND NOT attisdropped AND (attname, atttypid) IN (` + strings.Join(pairs, ", ") + `)) <> ` + itoa(len(p.key)) + ` THEN
     INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
     VALUES (` + lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
     RETURN NULL;
