@@ -324,33 +324,58 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 		return err
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
-		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger()), id, build)
+		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s) OR EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger(), c.target()), id, build)
 	return err
 }
 
-// sweepStep re-derives the next ledger keys after the task's cursor (lo);
-// the task stays open, cursor advanced, until the ledger is walked.
+// sweepStep re-derives the next keys after the task's cursor (lo) that a
+// rebuild would not reach from the source: first the ledger's keys, then,
+// for a 1-1 target, the target's own keys (rows edited in by hand have no
+// ledger entry), walked in key order like a plan. The task stays open,
+// cursor advanced, until both are walked; hi marks the phase.
 func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string) error {
-	after := ""
-	if lo != nil {
-		after = *lo
-	}
-	rows, err := tx.Query(ctx, "SELECT k FROM "+cd.c.ledger()+` WHERE k COLLATE "C" > $1 ORDER BY k COLLATE "C" LIMIT $2`, after, e.cfg.BuildChunkSize)
-	if err != nil {
+	var phase *string
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT hi FROM %s WHERE id = $1", e.tbl("_build_tasks")), taskID).Scan(&phase); err != nil {
 		return err
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	c := cd.c
+	var keys []string
+	var err error
+	if phase == nil {
+		after := ""
+		if lo != nil {
+			after = *lo
+		}
+		rows, err := tx.Query(ctx, "SELECT k FROM "+c.ledger()+` WHERE k COLLATE "C" > $1 ORDER BY k COLLATE "C" LIMIT $2`, after, e.cfg.BuildChunkSize)
+		if err != nil {
+			return err
+		}
+		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+	} else {
+		where, args := e.rangeWhere(c, lo, nil, 2)
+		order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+ident(SourceAlias)+
+			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)
+		if err != nil {
+			return err
+		}
+		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+	}
+	if err = e.applyKeys(ctx, tx, cd, keys); err != nil {
 		return err
 	}
-	if err := e.applyKeys(ctx, tx, cd, keys); err != nil {
-		return err
-	}
-	if len(keys) < e.cfg.BuildChunkSize {
+	switch {
+	case len(keys) == e.cfg.BuildChunkSize:
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[len(keys)-1])
+	case phase == nil && !c.Spec.IsAggregate() && !c.KeyNullable:
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = NULL, hi = 'target' WHERE id = $1", e.tbl("_build_tasks")), taskID)
+	default:
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
-		return err
 	}
-	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[len(keys)-1])
 	return err
 }
 

@@ -80,7 +80,58 @@ BEGIN
   RETURN released;
 END $fn$;
 
+-- request_backfill (surface §7.1; rel resolved through the caller's search_path): every applying transform reading the
+-- table (or only only_target) goes back to waiting_to_backfill; the staging
+-- worker rebuilds it (every source key re-derived, ledger keys swept) while
+-- its target stays readable. Takes effect at the caller's COMMIT.
+CREATE OR REPLACE FUNCTION {{S}}._request_backfill(acting regrole, rel oid, source_table text, only_target text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE canon text; d record; out text[] := '{}';
+BEGIN
+  PERFORM {{S}}._check_acting(acting);
+  IF rel IS NULL THEN
+    RAISE EXCEPTION 'relation "%" does not exist', source_table USING ERRCODE = '42P01',
+      DETAIL = 'trellis: not_found/SourceTableNotFound';
+  END IF;
+  SELECT format('%I.%I', n.nspname, c.relname) INTO canon FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
+  IF only_target IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {{S}}._definitions x JOIN {{S}}._definition_reads r ON r.definition_id = x.id
+      WHERE r.table_oid = rel AND x.compiled #>> '{spec,target,name}' = only_target) THEN
+    RAISE EXCEPTION 'transform % does not read %', only_target, canon USING ERRCODE = '42704',
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  FOR d IN SELECT x.id, x.owner_role, x.target_table, x.compiled #>> '{spec,target,name}' AS bare
+           FROM {{S}}._definitions x
+           WHERE x.status IN ('backfilling', 'live') AND (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
+             AND EXISTS (SELECT 1 FROM {{S}}._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)
+           ORDER BY x.id FOR UPDATE OF x
+  LOOP
+    IF NOT pg_has_role(acting, d.owner_role, 'USAGE') THEN
+      RAISE EXCEPTION 'must be owner of transform %', d.target_table USING ERRCODE = '42501',
+        DETAIL = 'trellis: permission/NotOwner';
+    END IF;
+    UPDATE {{S}}._definitions SET status = 'waiting_to_backfill', version = version + 1,
+      build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+      status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', 'request_backfill')
+    WHERE id = d.id;
+    DELETE FROM {{S}}._build_tasks WHERE definition_id = d.id;
+    out := out || d.bare;
+  END LOOP;
+  IF cardinality(out) = 0 THEN
+    RAISE EXCEPTION 'no transform reads %', canon USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/NoApplyingReader',
+      HINT = 'only live or building transforms are rebuilt; RESUME TRANSFORM rebuilds a paused one';
+  END IF;
+  RETURN out;
+END $fn$;
+
+-- No pinned search_path: the table name resolves as the caller spells it.
+CREATE OR REPLACE FUNCTION {{S}}.request_backfill(source_table text, only_target text DEFAULT NULL) RETURNS text[]
+LANGUAGE sql VOLATILE AS $fn$
+  SELECT {{S}}._request_backfill(current_user::regrole, to_regclass(source_table)::oid, source_table, only_target)
+$fn$;
+
 REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text), {{S}}.request_backfill(text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
   {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;
 `

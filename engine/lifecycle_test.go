@@ -381,3 +381,34 @@ func mustParse(t *testing.T, text string) grammar.Statement {
 	}
 	return st
 }
+
+// request_backfill repairs a target edited behind the engine's back.
+func TestRequestBackfillRebuilds(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 400) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	if _, err := applyText(t, e, `TRANSFORM s_v FROM s SELECT a * 3 AS a3`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "s_v")
+	// A manual edit of the target, and writes with capture bypassed.
+	exec(t, pool, `UPDATE s_v SET a3 = -1 WHERE id <= 10`)
+	exec(t, pool, `INSERT INTO s_v VALUES (9999, 1)`)
+	exec(t, pool, `DELETE FROM s_v WHERE id BETWEEN 20 AND 30`)
+	var queued []string
+	if err := pool.QueryRow(context.Background(), `SELECT trellis.request_backfill('s')`).Scan(&queued); err != nil || len(queued) != 1 || queued[0] != "s_v" {
+		t.Fatalf("request_backfill: %v %v", queued, err)
+	}
+	awaitLive(t, e, "s_v")
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, a3 FROM s_v`, `SELECT id, a * 3 FROM s`)
+	_, err := pool.Exec(context.Background(), `SELECT trellis.request_backfill('nope')`)
+	if codeOf(err) != "42P01" {
+		t.Fatalf("unknown table: %v", err)
+	}
+	_, err = pool.Exec(context.Background(), `SELECT trellis.request_backfill('s', 'other')`)
+	if codeOf(err) != "42704" {
+		t.Fatalf("only_target not reading it: %v", err)
+	}
+}
