@@ -240,7 +240,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return err
 	}
 	if version == formatVersion {
-		if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions)); err != nil {
+		if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions+quarantineFunctions)); err != nil {
 			return fmt.Errorf("catalog functions: %w", err)
 		}
 		return tx.Commit(ctx)
@@ -259,7 +259,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions)); err != nil {
+	if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions+quarantineFunctions)); err != nil {
 		return fmt.Errorf("catalog functions: %w", err)
 	}
 	return tx.Commit(ctx)

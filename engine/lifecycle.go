@@ -104,7 +104,7 @@ func (e *Engine) applyResume(ctx context.Context, q Querier, st *grammar.ResumeS
 		return nil, err
 	}
 	if st.Addr.Field != nil {
-		return nil, columnPausesNotYet(st.Addr.Field)
+		return e.resumeColumn(ctx, q, d, st.Addr.Field, st.CommandTag())
 	}
 	if !frozen(d.status) {
 		return nil, pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "transform %s is %s, not paused", d.text, d.status).

@@ -130,6 +130,23 @@ func TestQuarantineThroughProxy(t *testing.T) {
 	if s := qString(t, c, `SELECT status || ' ' || paused_columns::text FROM trellis.status WHERE target = 'two'`); s != "live {per}" {
 		t.Fatalf("two: %s", s)
 	}
+	if sameAs(t, c, `SELECT id, per FROM two`, `SELECT id, price / nullif(qty, 0) FROM orders`) {
+		t.Fatal("a paused column was written")
+	}
+	// Fix the rows and resume the column: the transform rebuilds it.
+	_, err = c.Exec(ctx, `RESUME TRANSFORM two.up`)
+	if pe := pgErrOf(t, err); pe.Code != "55000" || !strings.Contains(pe.Message, "is not paused") {
+		t.Fatalf("RESUME of a live column: %s %s", pe.Code, pe.Message)
+	}
+	mustExec(t, c, `UPDATE orders SET qty = 3 WHERE qty = 0`)
+	mustExec(t, c, `RESUME TRANSFORM two.per`)
+	h.waitStatus(t, "two", "live")
+	eventually(t, 60*time.Second, "two exact after RESUME two.per", func() bool {
+		return sameAs(t, c, `SELECT id, per, up FROM two`, `SELECT id, price / qty, price + 1 FROM orders`)
+	})
+	if s := qString(t, c, `SELECT paused_columns::text FROM trellis.status WHERE target = 'two'`); s != "{}" {
+		t.Fatalf("paused after resume: %s", s)
+	}
 
 	// Every row refused by a constraint on the target (not a column's
 	// formula) trips the transform fuse; other transforms stay exact.
