@@ -124,14 +124,11 @@ BEGIN
   RETURN out;
 END $fn$;
 
--- No pinned search_path: the table name resolves as the caller spells it.
-CREATE OR REPLACE FUNCTION {{S}}.request_backfill(source_table text, only_target text DEFAULT NULL) RETURNS text[]
-LANGUAGE sql VOLATILE AS $fn$
-  SELECT {{S}}._request_backfill(current_user::regrole, to_regclass(source_table)::oid, source_table, only_target)
-$fn$;
+-- The surface's trellis.request_backfill(source_table, only_target) (package
+-- virtualtables) resolves the table as the caller spells it and calls this.
 
 REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text), {{S}}.request_backfill(text, text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
   {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;
 `

@@ -382,7 +382,8 @@ func mustParse(t *testing.T, text string) grammar.Statement {
 	return st
 }
 
-// request_backfill repairs a target edited behind the engine's back.
+// request_backfill (the surface's trellis.request_backfill calls
+// _request_backfill) repairs a target edited behind the engine's back.
 func TestRequestBackfillRebuilds(t *testing.T) {
 	pool := testDB(t)
 	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
@@ -397,17 +398,17 @@ func TestRequestBackfillRebuilds(t *testing.T) {
 	exec(t, pool, `INSERT INTO s_v VALUES (9999, 1)`)
 	exec(t, pool, `DELETE FROM s_v WHERE id BETWEEN 20 AND 30`)
 	var queued []string
-	if err := pool.QueryRow(context.Background(), `SELECT trellis.request_backfill('s')`).Scan(&queued); err != nil || len(queued) != 1 || queued[0] != "s_v" {
+	if err := pool.QueryRow(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, to_regclass('s')::oid, 's', NULL)`).Scan(&queued); err != nil || len(queued) != 1 || queued[0] != "s_v" {
 		t.Fatalf("request_backfill: %v %v", queued, err)
 	}
 	awaitLive(t, e, "s_v")
 	converge(t, e)
 	assertSame(t, pool, `SELECT id, a3 FROM s_v`, `SELECT id, a * 3 FROM s`)
-	_, err := pool.Exec(context.Background(), `SELECT trellis.request_backfill('nope')`)
+	_, err := pool.Exec(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, to_regclass('nope')::oid, 'nope', NULL)`)
 	if codeOf(err) != "42P01" {
 		t.Fatalf("unknown table: %v", err)
 	}
-	_, err = pool.Exec(context.Background(), `SELECT trellis.request_backfill('s', 'other')`)
+	_, err = pool.Exec(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, to_regclass('s')::oid, 's', 'other')`)
 	if codeOf(err) != "42704" {
 		t.Fatalf("only_target not reading it: %v", err)
 	}

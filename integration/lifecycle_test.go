@@ -130,4 +130,18 @@ func TestSchemaChangesThroughProxy(t *testing.T) {
 		DELETE FROM s WHERE id > 150; ALTER TABLE s ENABLE TRIGGER ALL; COMMIT`)
 	h.sameAs(t, c, `SELECT id, a1 FROM s_a`, `SELECT id, a + 1 FROM s`)
 	h.sameAs(t, c, `SELECT id, b2 FROM s_b`, `SELECT id, b * 2 FROM s`)
+
+	// A target edited by hand is repaired by request_backfill (surface §7.1).
+	mustExec(t, c, `UPDATE s_b SET b2 = -1 WHERE id <= 5`)
+	mustExec(t, c, `INSERT INTO s_b VALUES (5000, 0)`)
+	var queued []string
+	if err := c.QueryRow(ctx, `SELECT trellis.request_backfill('s', 's_b')`).Scan(&queued); err != nil || len(queued) != 1 || queued[0] != "s_b" {
+		t.Fatalf("request_backfill: %v %v", queued, err)
+	}
+	h.waitStatus(t, "s_b", "live")
+	h.sameAs(t, c, `SELECT id, b2 FROM s_b`, `SELECT id, b * 2 FROM s`)
+	_, err = c.Exec(ctx, `SELECT trellis.request_backfill('no_such_table')`)
+	if pe := pgErrOf(t, err); pe.Code != "42P01" {
+		t.Fatalf("request_backfill of an unknown table: %s %s", pe.Code, pe.Message)
+	}
 }

@@ -13,7 +13,7 @@ var apiObjects = []string{
 	"applied", "apply", "await_converged", "await_live", "config", "converged", "define", "definitions",
 	"dump_definitions_sql", "fleet", "fleet_workers", "has_live_drain_workers", "has_live_staging_worker",
 	"metrics_text", "migrate", "poisoned", "poisoned_since", "proxy_workers", "quarantine_status", "quarantined",
-	"quarantined_rows", "relationships", "release_key", "sample_quarantined", "status", "try_await_converged",
+	"quarantined_rows", "relationships", "release_key", "request_backfill", "sample_quarantined", "status", "try_await_converged",
 	"watermark_token",
 }
 

@@ -380,6 +380,13 @@ BEGIN
 END
 $fn$;
 
+-- §7.1. SECURITY INVOKER, no pinned search_path: the table resolves as the
+-- caller spells it; the engine's _request_backfill checks ownership (D9).
+CREATE FUNCTION {{S}}.request_backfill(source_table text, only_target text DEFAULT NULL) RETURNS text[]
+LANGUAGE sql VOLATILE AS $fn$
+  SELECT {{S}}._request_backfill(current_user::regrole, pg_catalog.to_regclass(source_table)::oid, source_table, only_target)
+$fn$;
+
 -- §10.1. SECURITY INVOKER: it reads definitions through the filtered view and
 -- checks the caller's SELECT on every target itself.
 CREATE FUNCTION {{S}}.dump_definitions_sql(with_pauses boolean DEFAULT true) RETURNS text

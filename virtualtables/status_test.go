@@ -98,6 +98,7 @@ func TestReflection(t *testing.T) {
 		"poisoned_since(since timestamp with time zone) SETOF trellis.poisoned",
 		"quarantine_status(target text) SETOF trellis.quarantined",
 		"release_key(transform text, source_table text, key text) void",
+		"request_backfill(source_table text, only_target text) text[]",
 		"sample_quarantined(target text, after_cursor text, max_rows bigint) TABLE(src_table text, key text, error_message text, cursor text)",
 		"try_await_converged(token text, timeout_ms bigint) boolean",
 		"watermark_token() text",
