@@ -50,7 +50,7 @@ bench-passthrough: prereqs build
 	@./scripts/ensure-postgres.sh pgbouncer
 	$(GO) run ./cmd/trellis-bench passthrough
 
-# B2, B6, B7, B8, B9, B10 against the in-process engine (docs/benchmarks.md);
+# B2, B6, B7, B8, B9, B10 against the in-process engine (docs/benchmarks-engine.md);
 # BENCHFLAGS=-quick for a ~2 minute smoke run.
 bench-engine: prereqs
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder backfill idle-cost memory
