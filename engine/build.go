@@ -113,6 +113,13 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return err
 	}
 	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, len(keys))
+	if err != nil {
+		return err
+	}
+	// A chunk that commits ends an earlier build's recorded failure (the
+	// transform was paused by it and resumed since).
+	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = nullif(status_detail - 'backfill_failure', '{}'::jsonb)
+		WHERE id = $1 AND status_detail ? 'backfill_failure'`, e.tbl("_definitions")), defID)
 	return err
 }
 

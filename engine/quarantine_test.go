@@ -218,7 +218,8 @@ func TestQuarantineBuildFailurePausesAfterFiveAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := e.Define(t.Context(), tx, Spec{Target: TableName{Name: "c"}, Source: TableName{Name: "m"},
-		Fields: []Field{{Name: "a", Expr: col("a"), Reads: []string{"a"}}}}); err != nil {
+		Statement: "TRANSFORM c FROM m SELECT a + 0 AS a2",
+		Fields:    []Field{{Name: "a2", Expr: col("a") + " + 0", Reads: []string{"a"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	exec(t, tx, `CREATE TRIGGER refuse BEFORE INSERT ON c FOR EACH ROW EXECUTE FUNCTION refuse()`)
@@ -237,6 +238,16 @@ func TestQuarantineBuildFailurePausesAfterFiveAttempts(t *testing.T) {
 	if !strings.Contains(bf, `"attempts": 5`) || !strings.Contains(bf, "target offline") || !strings.Contains(bf, `"sqlstate": "55006"`) {
 		t.Fatalf("backfill_failure %s", bf)
 	}
+	// Fixed and resumed: the rebuild clears the recorded failure.
+	exec(t, pool, `DROP TRIGGER refuse ON c`)
+	if _, err := applyText(t, e, `RESUME TRANSFORM c`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "c")
+	if bf := scalar[*string](t, pool, `SELECT (status_detail -> 'backfill_failure')::text FROM trellis._definitions`); bf != nil {
+		t.Fatalf("backfill_failure after a successful rebuild: %s", *bf)
+	}
+	assertSame(t, pool, `SELECT id, a2 FROM c`, `SELECT id, a + 0 FROM m`)
 }
 
 func TestQuarantineColumnFusePausesOneColumn(t *testing.T) {
