@@ -14,7 +14,7 @@ import (
 
 // captureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
-const captureVersion = "2"
+const captureVersion = "3"
 
 var captureEvents = []string{"insert", "update", "delete", "truncate"}
 
@@ -93,7 +93,7 @@ BEGIN
   WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r;   -- no-op filter: binary row images
 ` + tail,
 		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  VALUES (" + tl +
-			", NULL, 'truncate', v_origin, v_hop);\n" + tail,
+			", NULL, 'truncate', v_origin, v_hop);\n" + e.truncateRecord(p) + tail,
 	}
 	var out []string
 	for _, ev := range captureEvents {

@@ -150,6 +150,64 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) error {
 			return err
 		}
 	}
+	return e.checkRewrites(ctx, conn)
+}
+
+// truncateRecord keeps the new relfilenode a TRUNCATE gave the table, in the
+// truncating transaction, so the rewrite check below does not take a
+// captured truncate for a rewrite behind capture's back.
+func (e *Engine) truncateRecord(p *capturePlan) string {
+	return "  UPDATE " + e.tbl("_captured_tables") + " SET relfilenode = (SELECT relfilenode FROM pg_class WHERE oid = TG_RELID)\n" +
+		"  WHERE table_name = " + lit(p.table) + " AND relfilenode IS NOT NULL;\n"
+}
+
+// checkRewrites (§12.9 "Rewrites"): a captured table whose relfilenode
+// changed other than by a captured TRUNCATE was rewritten (ALTER COLUMN
+// TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER), possibly with values
+// changed and no trigger fired: its applying readers are rebuilt. A false
+// positive costs a rebuild, never correctness.
+func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT ct.table_name FROM %s ct JOIN pg_class c ON c.oid = ct.table_oid
+		WHERE ct.relfilenode IS NOT NULL AND c.relfilenode <> 0 AND c.relfilenode <> ct.relfilenode`, e.tbl("_captured_tables")))
+	if err != nil {
+		return err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		if err != nil {
+			return err
+		}
+		// Under the row lock a concurrent truncate's update cannot interleave.
+		var changed bool
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT c.relfilenode <> ct.relfilenode FROM %s ct JOIN pg_class c ON c.oid = ct.table_oid
+			WHERE ct.table_name = $1 FOR UPDATE OF ct`, e.tbl("_captured_tables")), t).Scan(&changed); err != nil || !changed {
+			tx.Rollback(ctx)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		queued, err := e.requestRebuild(ctx, tx, t, "table "+t+" was rewritten")
+		if err == nil {
+			_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s ct SET relfilenode = c.relfilenode FROM pg_class c
+				WHERE c.oid = ct.table_oid AND ct.table_name = $1`, e.tbl("_captured_tables")), t)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		tx.Rollback(ctx)
+		if err != nil {
+			return err
+		}
+		e.log.Warn("table rewritten behind capture; readers rebuild", "table", t, "rebuilt", queued)
+	}
 	return nil
 }
 

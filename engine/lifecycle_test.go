@@ -413,3 +413,39 @@ func TestRequestBackfillRebuilds(t *testing.T) {
 		t.Fatalf("only_target not reading it: %v", err)
 	}
 }
+
+// A rewrite that changes values without firing a trigger (ALTER COLUMN TYPE
+// to the same type USING another value) is detected by relfilenode and the
+// readers are rebuilt; a captured TRUNCATE is not taken for a rewrite.
+func TestRewriteBehindCaptureRebuilds(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 300) g`)
+	e, _ := startEngine(t, pool, fastConfig())
+	if _, err := applyText(t, e, `TRANSFORM s_v FROM s SELECT a * 3 AS a3`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "s_v")
+	_, _, v0 := storedStatus(t, e, "s_v")
+	exec(t, pool, `TRUNCATE s`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 300) g`)
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, a3 FROM s_v`, `SELECT id, a * 3 FROM s`)
+	time.Sleep(500 * time.Millisecond) // several staging passes
+	if st, _, v := storedStatus(t, e, "s_v"); st != "live" || v != v0 {
+		t.Fatalf("a captured truncate caused a rebuild: %s version %d -> %d", st, v0, v)
+	}
+	exec(t, pool, `ALTER TABLE s ALTER COLUMN a TYPE int USING a + 1000`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		converge(t, e)
+		st, _, _ := storedStatus(t, e, "s_v")
+		if st == "live" && diff(t, pool, `SELECT id, a3 FROM s_v`, `SELECT id, a * 3 FROM s`) == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rewrite not repaired: %s", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
