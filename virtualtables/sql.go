@@ -387,6 +387,58 @@ LANGUAGE sql VOLATILE AS $fn$
   SELECT {{S}}._request_backfill(current_user::regrole, pg_catalog.to_regclass(source_table)::oid, source_table, only_target)
 $fn$;
 
+-- §7.2: an audit of capture on every captured table, from pg_trigger, pg_proc
+-- and pg_inherits at read time (no rows compared). A trigger whose xmin is
+-- not the one recorded at install was disabled, re-enabled or replaced since
+-- (reported as disabled_trigger). Rows of tables the reader cannot SELECT are
+-- hidden.
+CREATE VIEW {{S}}.capture_disruptions WITH (security_barrier = true) AS
+WITH ct AS (
+  SELECT c.table_name, c.table_oid, c.trigger_xmins FROM {{S}}._captured_tables c),
+ev AS (
+  SELECT e AS ev, {{SN}} || '_capture_' || e AS tg FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) e),
+tr AS (
+  SELECT ct.table_name, ct.table_oid, ct.trigger_xmins, ev.ev, ev.tg, t.tgenabled, t.xmin::text AS txmin,
+         p.oid AS fn, p.proname, p.pronamespace, p.prosecdef, p.proowner
+  FROM ct CROSS JOIN ev
+  LEFT JOIN pg_trigger t ON t.tgrelid = ct.table_oid AND t.tgname = ev.tg
+  LEFT JOIN pg_proc p ON p.oid = t.tgfoid),
+f AS (
+  SELECT table_name, table_oid, 'missing_trigger' AS fault,
+         format('trigger %s is missing', tg) AS detail FROM tr WHERE tgenabled IS NULL
+  UNION ALL
+  SELECT table_name, table_oid, 'disabled_trigger',
+         format('trigger %s is %s', tg, CASE tgenabled WHEN 'D' THEN 'disabled' WHEN 'O' THEN 'enabled, but not ALWAYS'
+                                                      WHEN 'R' THEN 'enabled for replicas only' ELSE tgenabled::text END)
+  FROM tr WHERE tgenabled IS NOT NULL AND tgenabled <> 'A'
+  UNION ALL
+  SELECT table_name, table_oid, 'disabled_trigger',
+         format('trigger %s was disabled, re-enabled or replaced since capture was installed', tg)
+  FROM tr WHERE tgenabled = 'A' AND trigger_xmins IS NOT NULL AND (trigger_xmins ->> tg) IS DISTINCT FROM txmin
+  UNION ALL
+  SELECT table_name, table_oid, 'wrong_trigger_function', format('trigger %s calls %s', tg, fn::regproc)
+  FROM tr WHERE fn IS NOT NULL AND (pronamespace <> '{{S}}'::regnamespace OR left(proname, length('_cap_' || ev || '_')) <> '_cap_' || ev || '_')
+  UNION ALL
+  SELECT table_name, table_oid, 'not_security_definer', format('function %s is not SECURITY DEFINER', fn::regproc)
+  FROM tr WHERE fn IS NOT NULL AND NOT prosecdef
+  UNION ALL
+  SELECT table_name, table_oid, 'wrong_owner', format('function %s is owned by %s, not by the workers'' role', fn::regproc, pg_get_userbyid(proowner))
+  FROM tr WHERE fn IS NOT NULL AND proowner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = (SELECT worker_role FROM {{S}}._instance))
+  UNION ALL
+  SELECT ct.table_name, ct.table_oid, 'in_hierarchy', format('%s is part of a partition or inheritance hierarchy', ct.table_name)
+  FROM ct WHERE EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = ct.table_oid OR i.inhparent = ct.table_oid)
+             OR coalesce((SELECT c.relispartition OR c.relkind = 'p' FROM pg_class c WHERE c.oid = ct.table_oid), false))
+SELECT f.table_name::text AS table_name, f.fault::text AS fault, f.detail::text AS detail,
+       ARRAY(SELECT DISTINCT d.compiled #>> '{spec,target,name}' FROM {{S}}._definition_reads r
+             JOIN {{S}}._definitions d ON d.id = r.definition_id WHERE r.table_name = f.table_name ORDER BY 1)::text[] AS definitions
+FROM f
+WHERE coalesce(has_table_privilege(f.table_oid, 'SELECT'), false) OR pg_has_role('pg_monitor', 'USAGE');
+
+CREATE FUNCTION {{S}}.detect_capture_disruptions() RETURNS SETOF {{S}}.capture_disruptions
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT * FROM {{S}}.capture_disruptions ORDER BY table_name, fault, detail
+$fn$;
+
 -- §10.1. SECURITY INVOKER: it reads definitions through the filtered view and
 -- checks the caller's SELECT on every target itself.
 CREATE FUNCTION {{S}}.dump_definitions_sql(with_pauses boolean DEFAULT true) RETURNS text
@@ -472,7 +524,7 @@ BEGIN PERFORM {{S}}._proxy_only('migrate'); RETURN NULL; END $fn$;
 // them to chosen roles keeps that choice across restarts.
 const grantSQL = `
 GRANT USAGE ON SCHEMA {{S}} TO PUBLIC;
-GRANT SELECT ON {{S}}.status, {{S}}.definitions, {{S}}.relationships, {{S}}.quarantined, {{S}}.poisoned,
+GRANT SELECT ON {{S}}.status, {{S}}.definitions, {{S}}.capture_disruptions, {{S}}.relationships, {{S}}.quarantined, {{S}}.poisoned,
   {{S}}.fleet, {{S}}.fleet_workers, {{S}}.config, {{S}}.proxy_workers TO PUBLIC;
 GRANT USAGE ON TYPE {{S}}.applied TO PUBLIC;
 `

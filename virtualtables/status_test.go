@@ -63,6 +63,7 @@ func TestReflection(t *testing.T) {
 			"pool_wait_timeout_ms bigint", "call_budget_ms bigint", "lock_timeout_ms bigint", "embedded boolean",
 			"data_dir text", "proxy_id text", "proxy_version text", "catalog_version integer",
 			"started_at timestamp with time zone"}},
+		{"capture_disruptions", []string{"table_name text", "fault text", "detail text", "definitions text[]"}},
 		{"proxy_workers", []string{"worker_id text", "kind text", "state text", "since timestamp with time zone", "detail text"}},
 	} {
 		if tc.want == nil {
@@ -90,6 +91,7 @@ func TestReflection(t *testing.T) {
 		"await_live(target text, timeout_ms bigint) text",
 		"converged(token text) boolean",
 		"define(statement text) SETOF trellis.applied",
+		"detect_capture_disruptions() SETOF trellis.capture_disruptions",
 		"dump_definitions_sql(with_pauses boolean) text",
 		"has_live_drain_workers() boolean",
 		"has_live_staging_worker() boolean",
