@@ -53,7 +53,9 @@ BEGIN
     build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
     status_detail = nullif(coalesce(status_detail, '{}') - 'rebuild_reason', '{}')
   WHERE id = def_id;
-  DELETE FROM {{S}}._build_tasks WHERE definition_id = def_id;
+  -- Skip tasks a chunk holds: it waits on the definition row we lock (a
+  -- deadlock otherwise); they belong to a superseded build and are never run.
+  DELETE FROM {{S}}._build_tasks WHERE id IN (SELECT id FROM {{S}}._build_tasks WHERE definition_id = def_id FOR UPDATE SKIP LOCKED);
   RETURN 'paused';
 END $fn$;
 
@@ -73,7 +75,9 @@ BEGIN
     build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
     status_detail = nullif(coalesce(status_detail, '{}') - 'capture_failure' - 'rebuild_reason' - 'halt', '{}')
   WHERE id = def_id;
-  DELETE FROM {{S}}._build_tasks WHERE definition_id = def_id;
+  -- Skip tasks a chunk holds: it waits on the definition row we lock (a
+  -- deadlock otherwise); they belong to a superseded build and are never run.
+  DELETE FROM {{S}}._build_tasks WHERE id IN (SELECT id FROM {{S}}._build_tasks WHERE definition_id = def_id FOR UPDATE SKIP LOCKED);
   UPDATE {{S}}._definition_reads SET bindings = NULL WHERE definition_id = def_id;
   WITH p AS (DELETE FROM {{S}}._poison WHERE definition_id = def_id RETURNING 1) SELECT count(*) INTO released FROM p;
   DELETE FROM {{S}}._key_deaths WHERE definition_id = def_id;
@@ -113,7 +117,7 @@ BEGIN
       build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
       status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', 'request_backfill')
     WHERE id = d.id;
-    DELETE FROM {{S}}._build_tasks WHERE definition_id = d.id;
+    DELETE FROM {{S}}._build_tasks WHERE id IN (SELECT id FROM {{S}}._build_tasks WHERE definition_id = d.id FOR UPDATE SKIP LOCKED);
     out := out || d.bare;
   END LOOP;
   IF cardinality(out) = 0 THEN
