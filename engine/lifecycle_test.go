@@ -488,7 +488,10 @@ func TestLifecycleChurnUnderWriters(t *testing.T) {
 	stop := runWriters(t, e, "s", 2)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	rnd := func(n int) int { seed = seed*6364136223846793005 + 1442695040888963407; return int(uint64(seed)>>33) % n }
+	rnd := func(n int) int {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		return int(uint64(seed)>>33) % n
+	}
 	for step := 0; step < 12; step++ {
 		n := targets[rnd(len(targets))]
 		switch rnd(4) {
