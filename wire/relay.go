@@ -212,13 +212,17 @@ func (s *session) clientToServer() {
 				syncsSinceExec++
 				s.addDebt(1, nil)
 			}
+			if typ == 'X' {
+				// Mark the end before the server can see the Terminate: its
+				// close must read as the client leaving, not as a lost upstream.
+				s.clientGone.Store(true)
+			}
 			if err := s.forwardStream(hdr, n); err != nil {
 				gone()
 				return
 			}
 			if typ == 'X' {
 				s.uw.Flush()
-				s.clientGone.Store(true)
 				return
 			}
 			continue
