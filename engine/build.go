@@ -40,6 +40,7 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	t0 := time.Now()
 	serr := e.runTask(ctx, tx, taskID, defID, build, kind, lo, hi)
 	e.log.Debug("build task", "definition", defID, "kind", kind, "took", time.Since(t0), "err", serr)
+	defer func() { e.metrics().BuildTaskDone(time.Since(t0), serr) }()
 	if serr == nil {
 		if serr = tx.Commit(ctx); serr == nil {
 			if _, err := e.tryLive(ctx, e.workers, defID, build); err != nil {

@@ -73,7 +73,13 @@ type pageKey struct {
 // applies one page of it in one transaction. The claim is the bucket row's
 // lock, held until commit: a dead worker's claim ends with its transaction,
 // and the cursor advances atomically with the writes it covers.
-func (e *Engine) drainPage(ctx context.Context, id string) (bool, error) {
+func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error) {
+	t0 := time.Now()
+	defer func() {
+		if did || err != nil {
+			e.metrics().PageDone(time.Since(t0), err)
+		}
+	}()
 	did, at, err := e.drainPageTry(ctx, nil)
 	if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
 		return did, err

@@ -64,6 +64,8 @@ type Config struct {
 	RetireChunk        int           // log rows deleted per statement, default 10000
 
 	Logger *slog.Logger
+	// Metrics receives seal, page and build-task events; nil means none.
+	Metrics Metrics
 }
 
 func (c *Config) defaults() {

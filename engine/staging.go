@@ -332,6 +332,7 @@ func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	// batches wait, sealing more only adds per-page overhead: let the next
 	// batch grow instead (bigger batches also get 8 buckets, drained in parallel).
 	var any bool
+	t0 := time.Now()
 	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[2]s WHERE state <> 'drained') < 2
 		AND EXISTS (SELECT 1 FROM %[1]s c, (SELECT snap FROM %[2]s ORDER BY seq DESC LIMIT 1) p
 		WHERE c.txid >= pg_snapshot_xmin(p.snap) AND NOT pg_visible_in_snapshot(c.txid, p.snap))`,
@@ -386,6 +387,7 @@ RETURNING batch_seq`, e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_batch_buc
 		return false, err
 	}
 	if n > 0 {
+		e.metrics().BatchSealed(time.Since(t0))
 		e.wakeDrainers()
 	}
 	return n > 0, nil

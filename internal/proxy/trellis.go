@@ -61,11 +61,16 @@ func newTrellisSideMetrics(ctx context.Context, cfg Config, upURL string, reg *p
 	if processID == "" {
 		processID = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
+	var engReg prometheus.Registerer = reg
+	if instReg != nil {
+		engReg = instReg
+	}
 	e := engine.New(pool, engine.Config{
 		Schema: cfg.Schema, TargetSchema: cfg.TargetSchema, Staging: engine.StagingMode(cfg.Staging),
 		DrainWorkers: drain, ProcessID: processID, Logger: log.With("component", "engine"),
 		SealInterval: cfg.SealInterval, PollInterval: cfg.PollInterval, Heartbeat: cfg.Heartbeat,
 		WorkerTTL: cfg.WorkerTTL, TakeoverInterval: cfg.TakeoverInterval,
+		Metrics: newEngineMetrics(engReg),
 	})
 	migrate := func(ctx context.Context) (string, error) {
 		if err := e.Migrate(ctx); err != nil {
