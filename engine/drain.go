@@ -147,10 +147,17 @@ func (e *Engine) drainPageTry(ctx context.Context, only *bucketRef) (bool, bucke
 		return false, ref, err
 	}
 	ref = bucketRef{batch, bucket}
-	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe)
+	var waited time.Duration
+	t0 := time.Now()
+	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)
 	if perr == nil {
 		perr = tx.Commit(ctx)
 		if perr == nil {
+			if waited > 0 {
+				// Its oldest change waited this long before the page read it,
+				// then for the page itself: capture to visible.
+				e.metrics().ChangeVisible(waited + time.Since(t0))
+			}
 			return true, ref, nil
 		}
 	}
@@ -159,7 +166,7 @@ func (e *Engine) drainPageTry(ctx context.Context, only *bucketRef) (bool, bucke
 }
 
 func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, bucketCount int16,
-	afterTable, afterKey *string, hasTruncate, probe bool) error {
+	afterTable, afterKey *string, hasTruncate, probe bool, waited *time.Duration) error {
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
 		return err
 	}
@@ -209,7 +216,8 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	if afterKey != nil {
 		ak = *afterKey
 	}
-	rows, err := tx.Query(ctx, `SELECT c.src_table, c.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
+	rows, err := tx.Query(ctx, `SELECT c.src_table, c.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
+		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8 `+
 		window+` AND c.change_id % $2 = $3 AND c.key IS NOT NULL
 		  AND (c.src_table COLLATE "C", c.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
 		GROUP BY c.src_table, c.key ORDER BY c.src_table COLLATE "C", c.key COLLATE "C" LIMIT $6`,
@@ -225,9 +233,13 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		var unk bool
 		var o *string
 		var h int16
-		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h); err != nil {
+		var age float64
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age); err != nil {
 			rows.Close()
 			return err
+		}
+		if d := time.Duration(age * float64(time.Second)); d > *waited {
+			*waited = d
 		}
 		keys = append(keys, k)
 		if unk {

@@ -18,6 +18,10 @@ type Metrics interface {
 	PageDone(took time.Duration, err error)
 	// BuildTaskDone follows one build task (plan, chunk or sweep).
 	BuildTaskDone(took time.Duration, err error)
+	// ChangeVisible follows a committed page: how long its oldest change
+	// took from the writer's transaction start (the log row's staged_at) to
+	// visible in the targets.
+	ChangeVisible(took time.Duration)
 }
 
 type noMetrics struct{}
@@ -25,6 +29,7 @@ type noMetrics struct{}
 func (noMetrics) BatchSealed(time.Duration)          {}
 func (noMetrics) PageDone(time.Duration, error)      {}
 func (noMetrics) BuildTaskDone(time.Duration, error) {}
+func (noMetrics) ChangeVisible(time.Duration)        {}
 
 func (e *Engine) metrics() Metrics {
 	if e.cfg.Metrics == nil {

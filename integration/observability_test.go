@@ -252,7 +252,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			after[`trellis_proxy_cancel_requests_total{outcome="unknown_key"}`]-before[`trellis_proxy_cancel_requests_total{outcome="unknown_key"}`] >= 1
 	})
 	// This process sealed and drained the workload: its own distributions moved.
-	for _, k := range []string{`trellis_seal_seconds_count{}`, `trellis_drain_page_seconds_count{}`, `trellis_build_task_seconds_count{}`} {
+	for _, k := range []string{`trellis_commit_to_visible_seconds_count{}`, `trellis_seal_seconds_count{}`, `trellis_drain_page_seconds_count{}`, `trellis_build_task_seconds_count{}`} {
 		if after[k]-before[k] < 1 {
 			t.Errorf("%s did not move: %v -> %v", k, before[k], after[k])
 		}

@@ -14,6 +14,7 @@ import (
 // page failures by SQLSTATE class. Labels are bounded: no transform, key or
 // statement.
 type engineMetrics struct {
+	visible   prometheus.Histogram
 	seal      prometheus.Histogram
 	page      prometheus.Histogram
 	build     prometheus.Histogram
@@ -25,6 +26,8 @@ var workBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2
 
 func newEngineMetrics(reg prometheus.Registerer) *engineMetrics {
 	m := &engineMetrics{
+		visible: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_commit_to_visible_seconds",
+			Help: "Per drain page committed by this process: its oldest change's wait from the writer's transaction start to visible in the targets.", Buckets: workBuckets}),
 		seal: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_seal_seconds",
 			Help: "Seals by this process that committed a batch: probe to commit.", Buckets: workBuckets}),
 		page: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "trellis_drain_page_seconds",
@@ -36,11 +39,13 @@ func newEngineMetrics(reg prometheus.Registerer) *engineMetrics {
 		taskFails: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_build_task_failures_total",
 			Help: "Build tasks that failed in this process, by SQLSTATE class."}, []string{"sqlstate_class"}),
 	}
-	reg.MustRegister(m.seal, m.page, m.build, m.pageFails, m.taskFails)
+	reg.MustRegister(m.visible, m.seal, m.page, m.build, m.pageFails, m.taskFails)
 	return m
 }
 
 var _ engine.Metrics = (*engineMetrics)(nil)
+
+func (m *engineMetrics) ChangeVisible(took time.Duration) { m.visible.Observe(took.Seconds()) }
 
 func (m *engineMetrics) BatchSealed(took time.Duration) { m.seal.Observe(took.Seconds()) }
 
