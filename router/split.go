@@ -176,24 +176,7 @@ func isIdentByte(c byte) bool {
 }
 
 // blank reports whether s holds only whitespace and comments.
-func blank(s string) bool {
-	i := 0
-	for i < len(s) {
-		switch c := s[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
-			i++
-		case c == '-' && i+1 < len(s) && s[i+1] == '-':
-			for i < len(s) && s[i] != '\n' {
-				i++
-			}
-		case c == '/' && i+1 < len(s) && s[i+1] == '*':
-			i = skipBlockComment(s, i)
-		default:
-			return false
-		}
-	}
-	return true
-}
+func blank(s string) bool { return skipSpaceAndComments(s, 0) == len(s) }
 
 // equalFold compares an identifier with a lower-case ASCII word.
 func equalFold(s, lower string) bool {
