@@ -152,15 +152,9 @@ func cmdHealth(ctx context.Context, conn *pgx.Conn, fs *flag.FlagSet, stdout, st
 // runMigrate connects like serve (the upstream, or the embedded cluster)
 // and migrates the catalog.
 func runMigrate(args []string, stdout, stderr io.Writer) int {
-	cfg := proxy.Default()
-	fs, err := parse(&cfg, args, os.LookupEnv)
-	if errors.Is(err, flag.ErrHelp) {
-		usage(fs, stdout)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 2
+	cfg, code, ok := serveConfig(args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -49,19 +49,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "error: unknown subcommand %q (try serve, migrate, status, dump, apply, health, version or --help)\n", sub)
 		return 2
 	}
-	cfg := proxy.Default()
-	fs, err := parse(&cfg, args, os.LookupEnv)
-	if errors.Is(err, flag.ErrHelp) {
-		usage(fs, stdout)
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 2
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 2
+	cfg, code, ok := serveConfig(args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	log := proxy.NewLogger(cfg, stderr)
 
@@ -87,6 +77,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// serveConfig parses serve's flags and variables (also used by migrate).
+// When ok is false the caller exits with code: 0 after --help, 2 on a usage
+// error, which has been printed.
+func serveConfig(args []string, stdout, stderr io.Writer) (cfg proxy.Config, code int, ok bool) {
+	cfg = proxy.Default()
+	fs, err := parse(&cfg, args, os.LookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(fs, stdout)
+		return cfg, 0, false
+	}
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return cfg, 2, false
+	}
+	return cfg, 0, true
 }
 
 // newFlagSet declares every serve flag bound to cfg.
