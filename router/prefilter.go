@@ -37,12 +37,7 @@ func MayConcernTrellis(sql, schema string) bool {
 // looser than the grammar's recognizer (any ALTER or DROP counts), so it is a
 // superset of it.
 func startsTrellisWord(s string) bool {
-	i := skipSpaceAndComments(s, 0)
-	j := i
-	for j < len(s) && isIdentByte(s[j]) {
-		j++
-	}
-	switch w := s[i:j]; len(w) {
+	switch w := LeadingWord(s); len(w) {
 	case 4:
 		return equalFold(w, "drop")
 	case 5:
@@ -55,6 +50,17 @@ func startsTrellisWord(s string) bool {
 		return equalFold(w, "relationship")
 	}
 	return false
+}
+
+// LeadingWord returns a statement's first word (as written) after
+// whitespace and comments, "" when it starts with anything else.
+func LeadingWord(s string) string {
+	i := skipSpaceAndComments(s, 0)
+	j := i
+	for j < len(s) && isIdentByte(s[j]) {
+		j++
+	}
+	return s[i:j]
 }
 
 func skipSpaceAndComments(s string, i int) int {

@@ -96,3 +96,17 @@ func BenchmarkMayConcernTrellis(b *testing.B) {
 		MayConcernTrellis(q, "trellis")
 	}
 }
+
+func TestLeadingWord(t *testing.T) {
+	for in, want := range map[string]string{
+		"BEGIN":                          "BEGIN",
+		"  /* a /* nested */ */ commit;": "commit",
+		"-- c\n\tSAVEPOINT s":            "SAVEPOINT",
+		"(SELECT 1)":                     "",
+		"":                               "",
+	} {
+		if got := LeadingWord(in); got != want {
+			t.Errorf("LeadingWord(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

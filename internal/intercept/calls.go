@@ -267,7 +267,6 @@ func (x *execution) applyText(ctx context.Context, fn, text string) error {
 	if err != nil {
 		return internal(err)
 	}
-	x.defined = true
 	return x.writeApplied(a, "SELECT 1")
 }
 

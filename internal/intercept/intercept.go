@@ -106,9 +106,6 @@ type execution struct {
 	w  wire.ResultWriter
 	// wrapped is true while the proxy holds a transaction it opened itself.
 	wrapped bool
-	// defined is true once a statement changed the catalog in a transaction
-	// the proxy commits: the workers are woken after that commit.
-	defined bool
 }
 
 func (x *execution) run(ctx context.Context, plan *router.Plan) error {
@@ -155,45 +152,11 @@ func needsWrap(plan *router.Plan) bool {
 }
 
 func isTransactionControl(text string) bool {
-	w := strings.ToLower(firstWord(text))
-	switch w {
+	switch strings.ToLower(router.LeadingWord(text)) {
 	case "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release", "prepare":
 		return true
 	}
 	return false
-}
-
-func firstWord(s string) string {
-	s = strings.TrimLeft(stripLeadingComments(s), " \t\r\n\f\v")
-	end := strings.IndexFunc(s, func(r rune) bool {
-		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-	})
-	if end < 0 {
-		return s
-	}
-	return s[:end]
-}
-
-func stripLeadingComments(s string) string {
-	for {
-		t := strings.TrimLeft(s, " \t\r\n\f\v")
-		switch {
-		case strings.HasPrefix(t, "--"):
-			nl := strings.IndexByte(t, '\n')
-			if nl < 0 {
-				return ""
-			}
-			s = t[nl+1:]
-		case strings.HasPrefix(t, "/*"):
-			end := strings.Index(t, "*/")
-			if end < 0 {
-				return ""
-			}
-			s = t[end+2:]
-		default:
-			return t
-		}
-	}
 }
 
 // unit runs one statement of the string.
@@ -215,7 +178,6 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 		if err != nil {
 			return shift(err, u.CharOffset)
 		}
-		x.defined = true
 		return x.writeApplied(a, a.CommandTag)
 	case router.ProxyCall:
 		return x.call(ctx, u)
