@@ -73,9 +73,19 @@ func TestClassifyProxyCalls(t *testing.T) {
 		{"SELECT * FROM trellis.define($1) d", "define", "d", true, 1},
 		{"SELECT trellis.metrics_text()", "metrics_text", "metrics_text", false, 0},
 		{"SELECT tenant.migrate()", "migrate", "migrate", false, 0},
+		{"( SELECT /* c */ ALL trellis.metrics_text() )", "metrics_text", "metrics_text", false, 0},
+		{`select * from "trellis".apply('PAUSE TRANSFORM t')`, "apply", "apply", true, 1},
+		{"SELECT 1; SELECT trellis.await_live('t', 10)", "", "", false, 0},
 	}
 	for _, c := range cases {
 		p := Classify(c.q, Options{Schema: "tenant"})
+		if c.fn == "" {
+			// A call after another statement is found too.
+			if p == nil || len(p.Units) != 2 || p.Units[1].Kind != ProxyCall {
+				t.Errorf("Classify(%q) = %+v, want a proxy call second", c.q, p)
+			}
+			continue
+		}
 		if p == nil || len(p.Units) != 1 || p.Units[0].Kind != ProxyCall {
 			t.Errorf("Classify(%q) = %+v, want one proxy call", c.q, p)
 			continue

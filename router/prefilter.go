@@ -5,19 +5,19 @@ import "strings"
 // MayConcernTrellis is the byte-level prefilter of D5: false means the text
 // is ordinary SQL and goes upstream without being parsed. It must never say
 // false for a text the classifier would route away from pass-through, so it
-// looks for the Trellis leading keywords at the start of every statement
-// (the start of the text and after every ';') and for the catalog schema's
-// name anywhere (proxy-only calls and the trellis. alias).
+// looks at the start of every statement (the start of the text and after
+// every ';') for the Trellis leading keywords and for the head of a
+// proxy-only call. It reads only those starts, never a whole long query.
 //
-// schema is the instance's catalog schema in lower case; "trellis" is always
-// looked for too, because through the proxy it names the catalog (the alias).
+// schema is the instance's catalog schema in lower case; "trellis" always
+// names the catalog too through the proxy (the alias).
 func MayConcernTrellis(sql, schema string) bool {
-	if startsTrellisWord(sql) {
+	if startsTrellisWord(sql) || startsCall(sql, schema) {
 		return true
 	}
 	for i := strings.IndexByte(sql, ';'); i >= 0; {
 		rest := sql[i+1:]
-		if startsTrellisWord(rest) {
+		if startsTrellisWord(rest) || startsCall(rest, schema) {
 			return true
 		}
 		j := strings.IndexByte(rest, ';')
@@ -26,10 +26,52 @@ func MayConcernTrellis(sql, schema string) bool {
 		}
 		i += 1 + j
 	}
-	if containsFold(sql, "trellis") {
-		return true
+	return false
+}
+
+// startsCall reports whether a statement begins like a proxy-only call in a
+// shape parseCall accepts: SELECT [ALL] [* FROM] <catalog>.<function>, with
+// whitespace, comments and opening parentheses allowed between the words.
+// A call anywhere else in a query is not ours: it reaches the catalog's stub,
+// which refuses it (surface §11).
+func startsCall(s, schema string) bool {
+	i := skipCallNoise(s, 0)
+	w := leadingWordAt(s, i)
+	if !equalFold(w, "select") {
+		return false
 	}
-	return schema != "" && schema != "trellis" && containsFold(sql, schema)
+	i = skipCallNoise(s, i+len(w))
+	if w = leadingWordAt(s, i); equalFold(w, "all") {
+		i = skipCallNoise(s, i+len(w))
+	}
+	if i < len(s) && s[i] == '*' {
+		i = skipCallNoise(s, i+1)
+		if w = leadingWordAt(s, i); !equalFold(w, "from") {
+			return false
+		}
+		i = skipCallNoise(s, i+len(w))
+	}
+	if i < len(s) && s[i] == '"' {
+		// A quoted name is exact: "trellis" or the catalog schema.
+		end := strings.IndexByte(s[i+1:], '"')
+		if end < 0 {
+			return false
+		}
+		name := s[i+1 : i+1+end]
+		return name == "trellis" || (schema != "" && name == schema)
+	}
+	w = leadingWordAt(s, i)
+	return equalFold(w, "trellis") || (schema != "" && equalFold(w, schema))
+}
+
+func skipCallNoise(s string, i int) int {
+	for {
+		i = skipSpaceAndComments(s, i)
+		if i >= len(s) || s[i] != '(' {
+			return i
+		}
+		i++
+	}
 }
 
 // startsTrellisWord reports whether the first word after whitespace and
@@ -54,8 +96,10 @@ func startsTrellisWord(s string) bool {
 
 // LeadingWord returns a statement's first word (as written) after
 // whitespace and comments, "" when it starts with anything else.
-func LeadingWord(s string) string {
-	i := skipSpaceAndComments(s, 0)
+func LeadingWord(s string) string { return leadingWordAt(s, skipSpaceAndComments(s, 0)) }
+
+// leadingWordAt returns the identifier-like word starting at s[i].
+func leadingWordAt(s string, i int) string {
 	j := i
 	for j < len(s) && isIdentByte(s[j]) {
 		j++

@@ -1,7 +1,9 @@
 package router
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -82,6 +84,8 @@ func TestMayConcernTrellis(t *testing.T) {
 		"UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2",
 		"INSERT INTO t VALUES (1); SELECT 2",
 		"BEGIN", "CREATE TABLE transforms (id int)",
+		"SELECT 1 FROM t WHERE note = 'see trellis.status'", // the catalog named in data, not at a call's head
+		ormQuery(),
 	}
 	for _, s := range no {
 		if MayConcernTrellis(s, "tenant_a") {
@@ -107,6 +111,37 @@ func TestLeadingWord(t *testing.T) {
 	} {
 		if got := LeadingWord(in); got != want {
 			t.Errorf("LeadingWord(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// ormQuery is a ~10 KB ORM-style SELECT: the prefilter must cost it no more
+// than its leading words.
+func ormQuery() string {
+	var b strings.Builder
+	b.WriteString("/* app:checkout controller:orders action:index */ SELECT ")
+	for i := 0; i < 120; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, `"orders"."column_%d" AS "t0_r%d"`, i, i)
+	}
+	b.WriteString(` FROM "orders" LEFT OUTER JOIN "customers" ON "customers"."id" = "orders"."customer_id" WHERE "orders"."id" IN (`)
+	for i := 0; b.Len() < 10*1024-40; i++ {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, 100000+i)
+	}
+	b.WriteString(`) ORDER BY "orders"."id" DESC LIMIT 50`)
+	return b.String()
+}
+
+func BenchmarkMayConcernTrellisORM(b *testing.B) {
+	q := ormQuery()
+	for b.Loop() {
+		if MayConcernTrellis(q, "trellis") {
+			b.Fatal("ordinary SQL flagged")
 		}
 	}
 }
