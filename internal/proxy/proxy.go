@@ -261,7 +261,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	interceptor := opts.Interceptor
 	var side *trellisSide
 	if !opts.RelayOnly {
-		side, err = newTrellisSideMetrics(ctx, cfg, upURL, reg, instReg, log)
+		side, err = newTrellisSide(ctx, cfg, upURL, reg, instReg, log)
 		if err != nil {
 			return err
 		}
@@ -534,7 +534,7 @@ func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (string, error) 
 	}
 	defer stop()
 	cfg.Migrate = false // migrate once, below, and report it
-	side, err := newTrellisSide(ctx, cfg, upURL, prometheus.NewRegistry(), log)
+	side, err := newTrellisSide(ctx, cfg, upURL, prometheus.NewRegistry(), nil, log)
 	if err != nil {
 		return "", err
 	}

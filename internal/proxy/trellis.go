@@ -34,14 +34,9 @@ type trellisSide struct {
 
 // newTrellisSide connects the workers' pool with the upstream URL's
 // credentials (the workers' role, surface §2.3) and migrates the catalog
-// unless told not to.
-func newTrellisSide(ctx context.Context, cfg Config, upURL string, reg *prometheus.Registry, log *slog.Logger) (*trellisSide, error) {
-	return newTrellisSideMetrics(ctx, cfg, upURL, reg, nil, log)
-}
-
-// newTrellisSideMetrics is newTrellisSide registering the engine gauges on
-// instReg (the registry wrapped with the instance label) when it is set.
-func newTrellisSideMetrics(ctx context.Context, cfg Config, upURL string, reg *prometheus.Registry, instReg prometheus.Registerer, log *slog.Logger) (*trellisSide, error) {
+// unless told not to. With instReg (the registry wrapped with the instance
+// label) it registers the engine's metrics there.
+func newTrellisSide(ctx context.Context, cfg Config, upURL string, reg *prometheus.Registry, instReg prometheus.Registerer, log *slog.Logger) (*trellisSide, error) {
 	pc, err := pgxpool.ParseConfig(upURL)
 	if err != nil {
 		return nil, &FlagError{"upstream", redact(err.Error())}
