@@ -152,6 +152,20 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 		}
 		return false, err
 	}
+	// Evidence that capture was disabled, dropped or replaced is read under
+	// the lock, before the reinstall below erases it, and the readers are
+	// sent to rebuild in the same transaction: writes made while capture was
+	// off are repaired whatever the pass that asked for this install saw.
+	tampered, err := e.captureTampered(ctx, tx, p.table)
+	if err != nil {
+		return false, err
+	}
+	if tampered {
+		if _, err := e.requestRebuild(ctx, tx, p.table, "capture on "+p.table+" was disabled, dropped or replaced; reinstalled"); err != nil {
+			return false, err
+		}
+		e.log.Warn("capture repaired; readers rebuild", "table", p.table)
+	}
 	for _, s := range e.captureDDL(p) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return false, fmt.Errorf("installing capture on %s: %w", p.table, err)

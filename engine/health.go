@@ -308,7 +308,7 @@ func (e *Engine) triggerXmins(ctx context.Context, q Querier, table string) (map
 // "Disabled and re-enabled between passes"): any trigger row whose xmin is
 // not the one recorded at install. A first install, or a table recreated
 // since, is not tampering.
-func (e *Engine) captureTampered(ctx context.Context, conn *pgx.Conn, table string) (bool, error) {
+func (e *Engine) captureTampered(ctx context.Context, conn Querier, table string) (bool, error) {
 	var stored []byte
 	var sameOID bool
 	err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT trigger_xmins, table_oid = to_regclass($1)::oid FROM %s WHERE table_name = $1`,
@@ -437,16 +437,13 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 	return err
 }
 
-// captureCurrent: ok when the table carries current, untampered capture;
-// tampered when an earlier install of ours was disabled, dropped, replaced
-// or re-enabled since (then the reinstall must rebuild the readers).
-func (e *Engine) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (ok, tampered bool, err error) {
-	if tampered, err = e.captureTampered(ctx, conn, p.table); err != nil {
-		return false, false, err
+// captureCurrent: ok when the table carries current, untampered capture.
+// A tampered one (disabled, dropped, replaced or re-enabled since our
+// install) is not current; its reinstall rebuilds the readers.
+func (e *Engine) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
+	tampered, err := e.captureTampered(ctx, conn, p.table)
+	if err != nil || tampered {
+		return false, err
 	}
-	if tampered {
-		return false, true, nil
-	}
-	ok, err = e.captureHealthy(ctx, conn, p)
-	return ok, false, err
+	return e.captureHealthy(ctx, conn, p)
 }

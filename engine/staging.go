@@ -174,26 +174,13 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 	}
 	deadline := time.Now().Add(time.Second)
 	for t, p := range plans {
-		ok, tampered, err := e.captureCurrent(ctx, conn, p)
+		ok, err := e.captureCurrent(ctx, conn, p)
 		if err != nil {
 			return err
 		}
 		if !ok && time.Now().Before(deadline) {
-			if tampered {
-				// Writes may have gone uncaptured: send the readers back to
-				// rebuild first. A build starts only once the reinstall below
-				// has committed, and until then the tampering stays visible,
-				// so a failure of either step is retried next pass; asking
-				// after the reinstall could lose the rebuild if the request failed.
-				if _, err := e.requestRebuild(ctx, conn, t, "capture on "+t+" was disabled, dropped or replaced; reinstalled"); err != nil {
-					e.log.Warn("capture repair: rebuild request failed", "table", t, "err", err)
-					if conn.IsClosed() {
-						return err
-					}
-					continue
-				}
-				e.log.Warn("capture repaired; readers rebuild", "table", t)
-			}
+			// A tampered capture is repaired inside installCapture, under
+			// the table lock (the readers rebuild in the same transaction).
 			ok, err = e.installCapture(ctx, conn, p)
 			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
 			if err != nil {

@@ -44,7 +44,9 @@ func startTrellis(t *testing.T) *trellisHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e := engine.New(pool, engine.Config{
+		Logger:       logger.With("component", "engine"),
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
 		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
