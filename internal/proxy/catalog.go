@@ -138,7 +138,14 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 		coalesce((SELECT application_name FROM %[1]s._staging_holder()), ''),
 		(SELECT count(*) FROM %[1]s.fleet_workers WHERE kind = 'drain' AND live)::int8,
 		(SELECT count(*) FROM %[1]s._batch_buckets WHERE last_error IS NOT NULL AND state <> 'done')::int8`, S))
-	br := p.pool.SendBatch(ctx, b)
+	// One snapshot for every read: separate statements could see a batch
+	// drained in one and its changes still pending in another.
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.Background())
+	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 
 	s := &catalogSnapshot{at: time.Now()}
