@@ -90,7 +90,7 @@
 //   - An extended-protocol batch (up to Sync) that mixes intercepted and
 //     upstream statements is refused with 0A000; a batch larger than 1 MiB is
 //     streamed, and an intercepted statement later in it is refused too.
-//   - A Query larger than 64 MiB is passed through unclassified.
+//   - A Query or Parse larger than 64 MiB is passed through unclassified.
 //   - COPY is not supported inside Upstream.Forward.
 //   - SCRAM cannot be relayed with TLS on both legs (surface §12.3).
 //   - Local portals run to completion: Execute's row limit is passed in

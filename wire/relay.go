@@ -262,20 +262,27 @@ func (s *session) clientToServer() {
 				return
 			}
 		case 'P', 'B', 'D', 'E', 'C':
-			if n > batchCap {
+			if n > batchCap && (typ != 'P' || n > maxInspect) {
 				// Too big to hold back: stream it as upstream-owned, after
-				// checking the names it refers to.
+				// checking the names it refers to. A Parse up to maxInspect
+				// is read whole and classified below, like a Query; a larger
+				// one passes unclassified, like a larger Query.
 				local := false
-				if typ == 'B' {
-					if p, err := s.cr.Peek(min(n, 160)); err == nil {
+				if p, err := s.cr.Peek(min(n, 160)); err == nil {
+					switch typ {
+					case 'B':
 						if portal, rest, ok := cstring(p); ok {
 							stmt, _, _ := cstring(rest)
 							local = stmts[stmt] != nil
 							delete(portals, portal)
 						}
+					case 'P':
+						if name, _, ok := cstring(p); ok {
+							delete(stmts, name)
+						}
 					}
 				}
-				if typ == 'P' || local || batch.ranLocal || len(batch.local) > 0 {
+				if local || batch.ranLocal || len(batch.local) > 0 {
 					if batch.refuse == nil {
 						batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
 					}

@@ -168,11 +168,13 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 	case router.PassThrough:
 		return x.up.Forward(ctx, u.Text, x.w)
 	case router.Statement:
-		if u.Err != nil {
-			return u.Err
-		}
+		// The session's settings first: in a LATIN1 session the parse error
+		// would blame bytes that are fine in the client's encoding.
 		if err := x.checkSessionSettings(u); err != nil {
 			return err
+		}
+		if u.Err != nil {
+			return u.Err
 		}
 		a, err := x.i.cfg.Engine.Apply(ctx, querier{x.up}, u.Stmt, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
 		if err != nil {

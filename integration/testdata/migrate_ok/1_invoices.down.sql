@@ -1,0 +1,3 @@
+PAUSE TRANSFORM invoice_totals;
+DROP TRANSFORM invoice_totals;
+DROP TABLE invoices;
