@@ -39,7 +39,7 @@ func (e *Engine) Converged(ctx context.Context, token string) (bool, error) {
 func (e *Engine) AwaitConverged(ctx context.Context, token string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
-	for {
+	for first := true; ; first = false {
 		ch := e.drainedCh()
 		ok, err := e.Converged(ctx, token)
 		if err != nil {
@@ -47,6 +47,11 @@ func (e *Engine) AwaitConverged(ctx context.Context, token string, timeout time.
 		}
 		if ok {
 			return nil
+		}
+		if first {
+			// The sealer may be backed off (idle): the waited-for rows are
+			// sealed now rather than at its next idle probe.
+			e.pokeSeal(ctx)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +53,7 @@ type Config struct {
 	ProcessID    string      // names this process in _workers; default random
 
 	SealInterval       time.Duration // staging: probe for new log rows, default 50ms
+	SealIdleInterval   time.Duration // the probe's spacing once idle for a second, default 10 x SealInterval
 	StagingInterval    time.Duration // staging: installs, build starts, retirement, default 500ms
 	PollInterval       time.Duration // idle drain workers re-check without a wake-up, default 1s
 	TakeoverInterval   time.Duration // non-holders retry the staging lock, default 2s
@@ -92,6 +94,7 @@ func (c *Config) defaults() {
 		c.ProcessID = "proc-" + hex.EncodeToString(b[:])
 	}
 	def(&c.SealInterval, 50*time.Millisecond)
+	def(&c.SealIdleInterval, 10*c.SealInterval)
 	def(&c.StagingInterval, 500*time.Millisecond)
 	def(&c.PollInterval, time.Second)
 	def(&c.TakeoverInterval, 2*time.Second)
@@ -120,8 +123,11 @@ type Engine struct {
 	workers *pgxpool.Pool // our pool: pinned session settings (§12.15)
 	log     *slog.Logger
 
-	wakeStaging chan struct{}
+	wakeStaging chan struct{} // a full staging pass
+	wakePass    chan struct{} // a pass the fingerprint may shorten (a batch drained)
+	wakeSeal    chan struct{} // seal now (a waiter, a drained batch)
 	wakeDrain   chan struct{}
+	stagingHeld atomic.Bool // this process runs the staging worker
 	drainedMu   sync.Mutex
 	drained     chan struct{} // closed and replaced whenever a batch drains here or a notice arrives
 
@@ -150,6 +156,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{
 		cfg: cfg, pool: pool, log: cfg.Logger,
 		wakeStaging: make(chan struct{}, 1), wakeDrain: make(chan struct{}, 1),
+		wakePass: make(chan struct{}, 1), wakeSeal: make(chan struct{}, 1),
 		drained: make(chan struct{}), cache: map[int64]*compiledDef{},
 	}
 	pc := pool.Config().Copy()
@@ -275,7 +282,7 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 		// A LISTENing connection must not go back to the pool.
 		conn.Hijack().Close(context.Background())
 	}()
-	for _, ch := range []string{"wake", "sealed", "drained"} {
+	for _, ch := range []string{"wake", "sealed", "drained", "seal"} {
 		if _, err := conn.Exec(ctx, "LISTEN "+ident(e.channel(ch))); err != nil {
 			return err
 		}
@@ -293,8 +300,11 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 			poke(e.wakeDrain)
 		case e.channel("drained"):
 			e.signalDrained()
-			poke(e.wakeStaging)
+			poke(e.wakePass) // retirement
+			poke(e.wakeSeal) // a chained target's rows
 			poke(e.wakeDrain)
+		case e.channel("seal"):
+			poke(e.wakeSeal)
 		}
 	}
 }

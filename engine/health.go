@@ -111,14 +111,17 @@ const applyingStatuses = `d.status IN ('waiting_to_backfill', 'backfilling', 'li
 // checkSchemas binds new definitions' columns and pauses every applying
 // definition whose read tables or columns changed (§12.9 "Columns",
 // "Relations gone", hierarchies). It runs on the staging connection every
-// pass; it reads only catalogs, never rows.
-func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, fmt.Sprintf(bindSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses)); err != nil {
-		return err
+// pass; it reads only catalogs, never rows. acted: it bound, paused or
+// rebuilt something (the pass is not steady).
+func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+	tag, err := conn.Exec(ctx, fmt.Sprintf(bindSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
+	if err != nil {
+		return false, err
 	}
+	acted = tag.RowsAffected() > 0
 	rows, err := conn.Query(ctx, fmt.Sprintf(problemSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
 	if err != nil {
-		return err
+		return false, err
 	}
 	failures := map[int64]*captureFailure{}
 	var order []int64
@@ -129,7 +132,7 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) error {
 		var dropped, unbound bool
 		if err := rows.Scan(&id, &target, &table, &tableProblem, &name, &oldType, &nowName, &nowType, &dropped, &sameNameType, &unbound); err != nil {
 			rows.Close()
-			return err
+			return false, err
 		}
 		if failures[id] != nil {
 			continue
@@ -143,14 +146,16 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) error {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return false, err
 	}
 	for _, id := range order {
+		acted = true
 		if err := e.autoPause(ctx, conn, id, failures[id]); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return e.checkRewrites(ctx, conn)
+	rewritten, err := e.checkRewrites(ctx, conn)
+	return acted || rewritten, err
 }
 
 // truncateRecord keeps the new relfilenode a TRUNCATE gave the table, in the
@@ -166,20 +171,21 @@ func (e *Engine) truncateRecord(p *capturePlan) string {
 // TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER), possibly with values
 // changed and no trigger fired: its applying readers are rebuilt. A false
 // positive costs a rebuild, never correctness.
-func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) error {
+func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool, err error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT ct.table_name FROM %s ct JOIN pg_class c ON c.oid = ct.table_oid
 		WHERE ct.relfilenode IS NOT NULL AND c.relfilenode <> 0 AND c.relfilenode <> ct.relfilenode`, e.tbl("_captured_tables")))
 	if err != nil {
-		return err
+		return false, err
 	}
 	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return err
+		return false, err
 	}
+	found = len(tables) > 0
 	for _, t := range tables {
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 		if err != nil {
-			return err
+			return false, err
 		}
 		// Under the row lock a concurrent truncate's update cannot interleave.
 		var changed bool
@@ -190,7 +196,7 @@ func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) error {
 				continue
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			continue
 		}
@@ -204,11 +210,11 @@ func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) error {
 		}
 		tx.Rollback(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		e.log.Warn("table rewritten behind capture; readers rebuild", "table", t, "rebuilt", queued)
 	}
-	return nil
+	return found, nil
 }
 
 func deref(s *string) string {

@@ -69,31 +69,103 @@ func (e *Engine) stagingSession(ctx context.Context) error {
 }
 
 // stage is the staging worker's loop while it holds the lock.
+//
+// Sealing is paced (B9): every SealInterval while probes find rows, backing
+// off to SealIdleInterval once nothing has been captured for a second, and
+// woken at once by a waiter (AwaitConverged), a drained batch (chained
+// targets) or a "seal" notice. Writers never notify (a NOTIFY per commit
+// would serialize commits on the notify queue lock).
 func (e *Engine) stage(ctx context.Context, conn *pgx.Conn) error {
-	seal := time.NewTicker(e.cfg.SealInterval)
-	defer seal.Stop()
+	e.stagingHeld.Store(true)
+	defer e.stagingHeld.Store(false)
+	pace := sealPacer{base: e.cfg.SealInterval, idle: e.cfg.SealIdleInterval}
+	sealT := time.NewTimer(pace.base)
+	defer sealT.Stop()
 	pass := time.NewTicker(e.cfg.StagingInterval)
 	defer pass.Stop()
-	if err := e.stagingPass(ctx, conn); err != nil {
+	st := &passState{}
+	sealed := func(res sealResult, err error) error {
+		if err != nil {
+			return err
+		}
+		sealT.Reset(pace.next(res))
+		return nil
+	}
+	passed := func(res sealResult, probed bool, err error) error {
+		if err != nil || !probed {
+			return err
+		}
+		return sealed(res, nil)
+	}
+	if err := passed(e.stagingPass(ctx, conn, st, true)); err != nil {
 		return err
 	}
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-seal.C:
-			if _, err := e.seal(ctx, conn); err != nil {
-				return err
-			}
+		case <-sealT.C:
+			err = sealed(e.seal(ctx, conn))
+		case <-e.wakeSeal:
+			pace.wake()
+			err = sealed(e.seal(ctx, conn))
 		case <-pass.C:
-			if err := e.stagingPass(ctx, conn); err != nil {
-				return err
-			}
+			err = passed(e.stagingPass(ctx, conn, st, false))
 		case <-e.wakeStaging:
-			if err := e.stagingPass(ctx, conn); err != nil {
-				return err
-			}
+			err = passed(e.stagingPass(ctx, conn, st, true))
+		case <-e.wakePass:
+			err = passed(e.stagingPass(ctx, conn, st, false))
 		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// sealResult is what one seal attempt found.
+type sealResult int
+
+const (
+	sealedNothing sealResult = iota // no new rows: the instance may be idle
+	sealedBatch                     // a batch was sealed
+	sealHeld                        // new rows wait behind two undrained batches: busy, not idle
+)
+
+// sealPacer spaces seal probes: base while rows keep coming, doubling up to
+// idle once a second's worth of probes found nothing.
+type sealPacer struct {
+	base, idle time.Duration
+	cur        time.Duration
+	empty      int
+}
+
+func (p *sealPacer) next(r sealResult) time.Duration {
+	if p.cur == 0 {
+		p.cur = p.base
+	}
+	if r != sealedNothing {
+		p.wake()
+		return p.cur
+	}
+	p.empty++
+	if time.Duration(p.empty)*p.base >= time.Second {
+		p.cur = min(p.cur*2, max(p.idle, p.base))
+	}
+	return p.cur
+}
+
+func (p *sealPacer) wake() { p.cur, p.empty = p.base, 0 }
+
+// pokeSeal asks the staging worker to seal now: in process when it runs
+// here, else by a notice (one per waiter, never per write).
+func (e *Engine) pokeSeal(ctx context.Context) {
+	if e.stagingHeld.Load() {
+		poke(e.wakeSeal)
+		return
+	}
+	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, '')", e.channel("seal")); err != nil && ctx.Err() == nil {
+		e.log.Debug("seal notice failed", "err", err)
 	}
 }
 
@@ -142,25 +214,112 @@ func (e *Engine) loadDefinitions(ctx context.Context, q Querier, where string) (
 	return out, rows.Err()
 }
 
-// stagingPass: capture installs, build starts, live flips, retirement,
-// uninstalls, then a seal.
-func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
+// passState carries what the last staging pass learned, so a periodic pass
+// over an unchanged, healthy instance costs one read-only statement (B9).
+type passState struct {
+	fingerprint string    // of everything a full pass reads, taken before it
+	steady      bool      // that pass found nothing to do
+	fullAt      time.Time // when the last full pass ran
+	retiredAt   int64     // newest drained batch retirement ran for
+	retireDone  bool      // and it deleted everything it could
+}
+
+// fullPassEvery bounds how long a periodic pass may rely on the
+// fingerprint: a full pass runs at least this often regardless.
+const fullPassEvery = 30 * time.Second
+
+// passFingerprintSQL digests every catalog row a full pass reads: the
+// definitions, their reads and paused columns, the captured tables, and per
+// read or captured table (by its recorded oid and by the oid its name
+// resolves to now) its pg_class row and relfilenode, its pg_attribute,
+// pg_trigger and pg_inherits rows. Any DDL on them writes one of these rows
+// and so changes an xmin or a row set. It also returns the newest drained
+// batch (retirement's input). VACUUM and ANALYZE update pg_class in place
+// (no new xmin), so they do not force passes.
+const passFingerprintSQL = `
+WITH t AS (SELECT table_name, table_oid FROM %[1]s
+           UNION SELECT table_name, table_oid FROM %[2]s
+           UNION SELECT table_name, to_regclass(table_name)::oid FROM %[1]s
+           UNION SELECT table_name, to_regclass(table_name)::oid FROM %[2]s)
+SELECT md5(concat_ws('|',
+  (SELECT string_agg(concat_ws(',', d.id, d.status, d.version, d.build_id, d.xmin), ';' ORDER BY d.id) FROM %[3]s d),
+  (SELECT string_agg(concat_ws(',', r.definition_id, r.table_name, r.role, r.table_oid, r.xmin), ';'
+                     ORDER BY r.definition_id, r.table_name, r.role) FROM %[1]s r),
+  (SELECT string_agg(concat_ws(',', p.definition_id, p.column_name, p.xmin), ';' ORDER BY p.definition_id, p.column_name) FROM %[4]s p),
+  (SELECT string_agg(concat_ws(',', ct.table_name, ct.table_oid, ct.xmin), ';' ORDER BY ct.table_name) FROM %[2]s ct),
+  (SELECT string_agg(concat_ws(',', t.table_name, t.table_oid, to_regclass(t.table_name)::oid, c.xmin, c.relfilenode,
+     (SELECT string_agg(concat_ws(':', a.attnum, a.xmin), ',' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = t.table_oid),
+     (SELECT string_agg(concat_ws(':', g.oid, g.xmin), ',' ORDER BY g.oid) FROM pg_trigger g WHERE g.tgrelid = t.table_oid),
+     (SELECT string_agg(concat_ws(':', i.inhrelid, i.inhparent, i.xmin), ',' ORDER BY i.inhrelid, i.inhparent)
+        FROM pg_inherits i WHERE i.inhrelid = t.table_oid OR i.inhparent = t.table_oid)), ';' ORDER BY t.table_name, t.table_oid)
+   FROM t LEFT JOIN pg_class c ON c.oid = t.table_oid))),
+  coalesce((SELECT max(seq) FROM %[5]s WHERE state = 'drained'), 0)`
+
+// stagingPass runs the staging work. A periodic pass (force false) over an
+// instance whose fingerprint is unchanged since a pass that found nothing
+// to do only retires (when a batch drained since) and leaves sealing to the
+// seal timer; woken passes (define, drop, resume, build, live notices) and
+// one pass every fullPassEvery run in full and seal. probed: it sealed (or
+// probed) and res says what it found.
+func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn, st *passState, force bool) (res sealResult, probed bool, err error) {
+	var fp string
+	var drainedSeq int64
+	if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.tbl("_definition_reads"), e.tbl("_captured_tables"),
+		e.tbl("_definitions"), e.tbl("_paused_columns"), e.tbl("_batches"))).Scan(&fp, &drainedSeq); err != nil {
+		return 0, false, err
+	}
+	full := force || !st.steady || fp != st.fingerprint || time.Since(st.fullAt) >= fullPassEvery
+	if full {
+		st.fullAt = time.Now()
+		steady, err := e.fullPass(ctx, conn)
+		if err != nil {
+			st.steady = false
+			return 0, false, err
+		}
+		st.fingerprint, st.steady = fp, steady
+	}
+	if drainedSeq != st.retiredAt || !st.retireDone {
+		done, err := e.retire(ctx, conn)
+		if err != nil {
+			return 0, false, err
+		}
+		st.retiredAt, st.retireDone = drainedSeq, done
+	}
+	if !full {
+		return 0, false, nil
+	}
+	res, err = e.seal(ctx, conn)
+	return res, err == nil, err
+}
+
+// fullPass: schema checks, capture installs, build starts, live flips and
+// uninstalls. steady reports that it found nothing to do and nothing in
+// flight: every definition live, every capture current, no schema problem.
+func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err error) {
 	defs, err := e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live')")
 	if err != nil {
-		return err
+		return false, err
 	}
+	steady = true
 	// Schema changes under applying definitions pause exactly those (§12.9).
-	if err := e.checkSchemas(ctx, conn); err != nil {
+	if acted, err := e.checkSchemas(ctx, conn); err != nil {
 		e.log.Warn("capture health check failed", "err", err)
 		if conn.IsClosed() {
-			return err
+			return false, err
 		}
-	} else if defs, err = e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live')"); err != nil {
-		return err
+		steady = false
+	} else if acted {
+		steady = false
+		if defs, err = e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live')"); err != nil {
+			return false, err
+		}
 	}
 	status := map[string]string{} // target text -> status
 	for _, d := range defs {
 		status[d.c.TargetText] = d.status
+		if d.status != "live" {
+			steady = false
+		}
 	}
 	// Capture every read table (sources and upstream targets).
 	captured := map[string]bool{}
@@ -176,7 +335,10 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 	for t, p := range plans {
 		ok, err := e.captureCurrent(ctx, conn, p)
 		if err != nil {
-			return err
+			return false, err
+		}
+		if !ok {
+			steady = false
 		}
 		if !ok && time.Now().Before(deadline) {
 			// A tampered capture is repaired inside installCapture, under
@@ -186,7 +348,7 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 			if err != nil {
 				e.log.Warn("capture install failed", "table", t, "err", err)
 				if conn.IsClosed() {
-					return err
+					return false, err
 				}
 				continue
 			}
@@ -208,40 +370,37 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn) error {
 		}
 		if ready {
 			if err := e.startBuild(ctx, conn, d.id); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	for _, d := range defs {
 		if d.status == "backfilling" && d.buildID != nil {
 			if _, err := e.tryLive(ctx, conn, d.id, *d.buildID); err != nil {
-				return err
+				return false, err
 			}
 		}
-	}
-	if err := e.retire(ctx, conn); err != nil {
-		return err
 	}
 	// Capture no reader needs any more.
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT table_name FROM %s ct WHERE NOT EXISTS
 		(SELECT 1 FROM %s r WHERE r.table_name = ct.table_name)`, e.tbl("_captured_tables"), e.tbl("_definition_reads")))
 	if err != nil {
-		return err
+		return false, err
 	}
 	unread, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, t := range unread {
+		steady = false
 		if err := e.uninstallCapture(ctx, conn, t); err != nil {
 			e.log.Warn("capture uninstall failed", "table", t, "err", err)
 			if conn.IsClosed() {
-				return err
+				return false, err
 			}
 		}
 	}
-	_, err = e.seal(ctx, conn)
-	return err
+	return steady, nil
 }
 
 // startBuild moves a definition to backfilling with a plan task (§12.8 step 3).
@@ -324,28 +483,31 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 }
 
 // seal closes a batch if new log rows became visible (§12.4).
-func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (bool, error) {
+func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (sealResult, error) {
 	// Read-only probe first: an idle instance writes nothing. While two
 	// batches wait, sealing more only adds per-page overhead: let the next
 	// batch grow instead (bigger batches also get 8 buckets, drained in parallel).
-	var any bool
+	var room, any bool
 	t0 := time.Now()
-	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[2]s WHERE state <> 'drained') < 2
-		AND EXISTS (SELECT 1 FROM %[1]s c, (SELECT snap FROM %[2]s ORDER BY seq DESC LIMIT 1) p
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[2]s WHERE state <> 'drained') < 2,
+		EXISTS (SELECT 1 FROM %[1]s c, (SELECT snap FROM %[2]s ORDER BY seq DESC LIMIT 1) p
 		WHERE c.txid >= pg_snapshot_xmin(p.snap) AND NOT pg_visible_in_snapshot(c.txid, p.snap))`,
-		e.tbl("_change_log"), e.tbl("_batches"))).Scan(&any); err != nil {
-		return false, err
+		e.tbl("_change_log"), e.tbl("_batches"))).Scan(&room, &any); err != nil {
+		return 0, err
 	}
 	if !any {
-		return false, nil
+		return sealedNothing, nil
+	}
+	if !room {
+		return sealHeld, nil
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s FOR UPDATE", e.tbl("_seal_lock"))); err != nil {
-		return false, err
+		return 0, err
 	}
 	// A new statement: its snapshot is taken after the lock (H7).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`
@@ -365,7 +527,7 @@ INSERT INTO %[3]s (batch_seq, bucket)
 SELECT seq, generate_series(0, bucket_count - 1) FROM b
 RETURNING batch_seq`, e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_batch_buckets")))
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	n := 0
 	for rows.Next() {
@@ -373,28 +535,29 @@ RETURNING batch_seq`, e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_batch_buc
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return false, err
+		return 0, err
 	}
 	if n > 0 {
 		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", e.channel("sealed")); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, err
+		return 0, err
 	}
-	if n > 0 {
-		e.metrics().BatchSealed(time.Since(t0))
-		e.wakeDrainers()
+	if n == 0 {
+		return sealedNothing, nil
 	}
-	return n > 0, nil
+	e.metrics().BatchSealed(time.Since(t0))
+	e.wakeDrainers()
+	return sealedBatch, nil
 }
 
 // retire deletes log rows applied by the newest drained batch, and batch
-// rows older than it (§12.11, H5).
-func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) error {
+// rows older than it (§12.11, H5). done: nothing left to retire for it.
+func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err error) {
 	if e.plant.keepLog {
-		return nil
+		return true, nil
 	}
 	for i := 0; i < 20; i++ {
 		tag, err := conn.Exec(ctx, fmt.Sprintf(`
@@ -404,13 +567,14 @@ DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
   WHERE c.txid < pg_snapshot_xmax(d.snap) AND pg_visible_in_snapshot(c.txid, d.snap)
   LIMIT %[3]d))`, e.tbl("_batches"), e.tbl("_change_log"), e.cfg.RetireChunk))
 		if err != nil {
-			return err
+			return false, err
 		}
 		if tag.RowsAffected() < int64(e.cfg.RetireChunk) {
+			done = true
 			break
 		}
 	}
-	_, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE state = 'drained'
+	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE state = 'drained'
 		AND seq < (SELECT max(seq) FROM %[1]s WHERE state = 'drained')`, e.tbl("_batches")))
-	return err
+	return done && err == nil, err
 }
