@@ -14,7 +14,7 @@ import (
 
 // captureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
-const captureVersion = "3"
+const captureVersion = "4"
 
 var captureEvents = []string{"insert", "update", "delete", "truncate"}
 

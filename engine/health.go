@@ -161,9 +161,21 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 // truncateRecord keeps the new relfilenode a TRUNCATE gave the table, in the
 // truncating transaction, so the rewrite check below does not take a
 // captured truncate for a rewrite behind capture's back.
+//
+// pg_relation_filenode reads the relation cache, never pg_class under the
+// writer's snapshot: in REPEATABLE READ or SERIALIZABLE, a snapshot older
+// than another committed change of the table's pg_class row (a concurrent
+// TRUNCATE) sees that row's old version as well as this truncate's new one,
+// and a scalar subquery over pg_class failed the application's TRUNCATE
+// with 21000. The bookkeeping UPDATE itself can meet a concurrent
+// truncate's in those isolation levels (40001); the application's TRUNCATE
+// must not fail for it, so that failure is swallowed: the stored relfilenode
+// then stays stale and the rewrite check rebuilds the readers, a false
+// positive that costs a rebuild, never correctness.
 func (e *Engine) truncateRecord(p *capturePlan) string {
-	return "  UPDATE " + e.tbl("_captured_tables") + " SET relfilenode = (SELECT relfilenode FROM pg_class WHERE oid = TG_RELID)\n" +
-		"  WHERE table_name = " + lit(p.table) + " AND relfilenode IS NOT NULL;\n"
+	return "  BEGIN\n    UPDATE " + e.tbl("_captured_tables") + " SET relfilenode = pg_relation_filenode(TG_RELID)\n" +
+		"    WHERE table_name = " + lit(p.table) + " AND relfilenode IS NOT NULL;\n" +
+		"  EXCEPTION WHEN serialization_failure THEN NULL;\n  END;\n"
 }
 
 // checkRewrites (§12.9 "Rewrites"): a captured table whose relfilenode
