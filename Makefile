@@ -50,10 +50,11 @@ bench-passthrough: prereqs build
 	@./scripts/ensure-postgres.sh pgbouncer
 	$(GO) run ./cmd/trellis-bench passthrough
 
-# B2, B6, B7, B8, B9, B10 against the in-process engine (docs/benchmarks-engine.md);
-# BENCHFLAGS=-quick for a ~2 minute smoke run.
-bench-engine: prereqs
-	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder backfill idle-cost memory
+# B2, B6, B7, B8, B9, B10 against the in-process engine, and the DDL latency
+# through the proxy (docs/benchmarks-engine.md); BENCHFLAGS=-quick for a
+# smoke run of a few minutes.
+bench-engine: prereqs build
+	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency
 
 docker:
 	docker build --build-arg VERSION=$(VERSION) -t trellis-proxy:$(VERSION) .

@@ -45,15 +45,30 @@ func startLab(ctx context.Context, b *bench, scenario string) (*engineLab, error
 	if err != nil {
 		return nil, err
 	}
-	c, err := pgcluster.Start(ctx, pgcluster.Options{
-		DataDir: filepath.Join(base, "pgdata"),
-		Fast:    true,
-		Settings: map[string]string{
-			"max_connections": "100",
-			// Builds and 1M-row statements: keep checkpoints out of the cells.
-			"max_wal_size": "4GB",
-		},
-	})
+	settings := map[string]string{
+		"max_connections": "100",
+		// Builds and 1M-row statements: keep checkpoints out of the cells.
+		"max_wal_size": "4GB",
+	}
+	// Diagnosis: TRELLIS_BENCH_PG_LOG=FILE keeps the server's log, with
+	// every statement slower than TRELLIS_BENCH_PG_LOG_MS (default 0) and
+	// lock waits longer than 10 ms. Figures taken so are not for the record.
+	var serverLog *os.File
+	if path := os.Getenv("TRELLIS_BENCH_PG_LOG"); path != "" {
+		if serverLog, err = os.Create(path); err != nil {
+			os.RemoveAll(base)
+			return nil, err
+		}
+		settings["log_min_duration_statement"] = strconv.Itoa(envInt("TRELLIS_BENCH_PG_LOG_MS", 0))
+		settings["log_line_prefix"] = "%m [%p] %a "
+		settings["log_lock_waits"] = "on"
+		settings["deadlock_timeout"] = "10ms"
+	}
+	opts := pgcluster.Options{DataDir: filepath.Join(base, "pgdata"), Fast: true, Settings: settings}
+	if serverLog != nil {
+		opts.Log = serverLog
+	}
+	c, err := pgcluster.Start(ctx, opts)
 	if err != nil {
 		os.RemoveAll(base)
 		return nil, err

@@ -11,19 +11,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine"
 )
 
 type latencyResult struct {
-	Lat        []float64 // ms per row, +Inf for a row never seen
-	Offered    float64   // commits/s actually committed in the window
+	Lat        []float64 // ms per row, +Inf for a row never seen (the first watched target)
+	LatBy      map[string][]float64
+	Offered    float64 // commits/s actually committed in the window
 	Summary    latencySummary
 	OracleErr  error
 	HarnessErr error
@@ -48,7 +53,7 @@ func runHopLadder(ctx context.Context, b *bench) error {
 	var p50s, p99s, maxs, offered []float64
 	var all []float64
 	for rep := range b.cfg.Reps {
-		r := latencyCell(ctx, l, cfg, rate, window)
+		r := latencyCell(ctx, l, cfg, rate, window, hopShape)
 		if r.HarnessErr != nil {
 			return r.HarnessErr
 		}
@@ -109,14 +114,41 @@ func and(a, b *bool) *bool {
 	return &v
 }
 
-func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate float64, window time.Duration) (r latencyResult) {
-	pool, _, drop, err := l.newDB(ctx, 10)
+// latencyShape is what a latency cell builds and watches; hopShape is B7's.
+type latencyShape struct {
+	Source string        // creates src; the paced writer inserts (id, id) into src(id, val)
+	Specs  []engine.Spec // defined and awaited live before the window
+	Watch  []string      // targets whose first sight of each id is recorded; the first is Lat
+	Insert string        // the paced writer's statement: $1 is the id
+	// Setup runs after the warm-up row has landed, before the window.
+	Setup func(ctx context.Context, pool *pgxpool.Pool) error
+	// During runs alongside the writers until its context ends.
+	During func(ctx context.Context, pool *pgxpool.Pool) error
+	// Settle runs after the window, before the final convergence (which a
+	// held key would block: its band stays pending until released).
+	Settle func(ctx context.Context, pool *pgxpool.Pool) error
+	// Oracle checks the targets once everything has converged.
+	Oracle func(ctx context.Context, pool *pgxpool.Pool) error
+}
+
+var hopShape = latencyShape{
+	Source: `CREATE TABLE src (id bigint PRIMARY KEY, val numeric)`,
+	Specs:  []engine.Spec{oneToOne("hop1", "src", engine.Field{Name: "val", Expr: col("val")})},
+	Watch:  []string{"hop1"},
+	Insert: `INSERT INTO src VALUES ($1::bigint, $1::bigint)`,
+	Oracle: func(ctx context.Context, pool *pgxpool.Pool) error {
+		return checkSame(ctx, pool, "SELECT id, val FROM hop1", "SELECT id, val FROM src")
+	},
+}
+
+func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate float64, window time.Duration, shape latencyShape) (r latencyResult) {
+	pool, _, drop, err := l.newDB(ctx, 12)
 	if err != nil {
 		r.HarnessErr = err
 		return r
 	}
 	defer drop()
-	if _, err := pool.Exec(ctx, `CREATE TABLE src (id bigint PRIMARY KEY, val numeric)`); err != nil {
+	if _, err := pool.Exec(ctx, shape.Source); err != nil {
 		r.HarnessErr = err
 		return r
 	}
@@ -126,11 +158,13 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 		return r
 	}
 	defer e.stop()
-	if err := define(ctx, e, pool, oneToOne("hop1", "src", engine.Field{Name: "val", Expr: col("val")}), time.Minute); err != nil {
-		r.HarnessErr = err
-		return r
+	for _, spec := range shape.Specs {
+		if err := define(ctx, e, pool, spec, time.Minute); err != nil {
+			r.HarnessErr = err
+			return r
+		}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO src VALUES (-1, -1)`); err != nil {
+	if _, err := pool.Exec(ctx, shape.Insert, -1); err != nil {
 		r.HarnessErr = err
 		return r
 	}
@@ -138,10 +172,19 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 		r.HarnessErr = fmt.Errorf("warm-up: %w", err)
 		return r
 	}
+	if shape.Setup != nil {
+		if err := shape.Setup(ctx, pool); err != nil {
+			r.HarnessErr = fmt.Errorf("setup: %w", err)
+			return r
+		}
+	}
 
 	n := int(rate*window.Seconds()) + 1
 	commitAt := make([]atomic.Int64, n+1) // unix nanos; index = id
-	seenAt := make([]int64, n+1)
+	seenAt := make([][]int64, len(shape.Watch))
+	for i := range seenAt {
+		seenAt[i] = make([]int64, n+1)
+	}
 	var next atomic.Int64
 	var committed atomic.Int64
 	start := time.Now().Add(50 * time.Millisecond)
@@ -150,6 +193,12 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 	defer wcancel()
 	var wg sync.WaitGroup
 	var werr atomic.Value
+	duringDone := make(chan error, 1)
+	if shape.During != nil {
+		go func() { duringDone <- shape.During(wctx, pool) }()
+	} else {
+		duringDone <- nil
+	}
 	for range 4 {
 		wg.Add(1)
 		go func() {
@@ -177,7 +226,7 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 				if wctx.Err() != nil {
 					return
 				}
-				if _, err := conn.Exec(context.Background(), `INSERT INTO src VALUES ($1, $2)`, k, k); err != nil {
+				if _, err := conn.Exec(context.Background(), shape.Insert, k); err != nil {
 					werr.Store(err)
 					return
 				}
@@ -187,48 +236,50 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 		}()
 	}
 
-	// The watcher.
+	// The watcher: one connection, every watched target each round.
 	wconn, err := pool.Acquire(ctx)
 	if err != nil {
 		r.HarnessErr = err
 		return r
 	}
 	defer wconn.Release()
-	low := int64(0) // every id ≤ low has been seen
+	low := make([]int64, len(shape.Watch)) // every id ≤ low[i] has been seen in target i
 	grace := end.Add(5 * time.Second)
 	writersDone := make(chan struct{})
 	go func() { wg.Wait(); close(writersDone) }()
 	finished := false
 	for {
-		rows, err := wconn.Query(ctx, `SELECT id FROM hop1 WHERE id > $1`, low)
-		if err != nil {
-			r.HarnessErr = err
-			return r
-		}
-		now := time.Now().UnixNano()
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+		for ti, target := range shape.Watch {
+			rows, err := wconn.Query(ctx, `SELECT id FROM `+target+` WHERE id > $1`, low[ti])
+			if err != nil {
 				r.HarnessErr = err
 				return r
 			}
-			if id >= 1 && id <= int64(n) && seenAt[id] == 0 {
-				seenAt[id] = now
+			now := time.Now().UnixNano()
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					r.HarnessErr = err
+					return r
+				}
+				if id >= 1 && id <= int64(n) && seenAt[ti][id] == 0 {
+					seenAt[ti][id] = now
+				}
 			}
-		}
-		if err := rows.Err(); err != nil {
-			r.HarnessErr = err
-			return r
-		}
-		for low < int64(n) && seenAt[low+1] != 0 {
-			low++
+			if err := rows.Err(); err != nil {
+				r.HarnessErr = err
+				return r
+			}
+			for low[ti] < int64(n) && seenAt[ti][low[ti]+1] != 0 {
+				low[ti]++
+			}
 		}
 		select {
 		case <-writersDone:
 			finished = true
 		default:
 		}
-		if finished && low >= committed.Load() {
+		if finished && slices.Min(low) >= committed.Load() {
 			break
 		}
 		if time.Now().After(grace) {
@@ -238,28 +289,44 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 	}
 	wcancel()
 	<-writersDone
+	if err := <-duringDone; err != nil && !errors.Is(err, context.Canceled) {
+		r.HarnessErr = fmt.Errorf("during the window: %w", err)
+		return r
+	}
 	if v := werr.Load(); v != nil {
 		r.HarnessErr = fmt.Errorf("writer: %v", v)
 		return r
 	}
 	c := committed.Load()
 	r.Offered = float64(c) / window.Seconds()
-	for k := int64(1); k <= int64(n); k++ {
-		ca := commitAt[k].Load()
-		if ca == 0 {
-			continue
+	r.LatBy = make(map[string][]float64, len(shape.Watch))
+	for ti, target := range shape.Watch {
+		var lat []float64
+		for k := int64(1); k <= int64(n); k++ {
+			ca := commitAt[k].Load()
+			if ca == 0 {
+				continue
+			}
+			if seenAt[ti][k] == 0 {
+				lat = append(lat, math.Inf(1))
+				continue
+			}
+			lat = append(lat, max(0, float64(seenAt[ti][k]-ca)/1e6))
 		}
-		if seenAt[k] == 0 {
-			r.Lat = append(r.Lat, math.Inf(1))
-			continue
-		}
-		r.Lat = append(r.Lat, max(0, float64(seenAt[k]-ca)/1e6))
+		r.LatBy[target] = lat
 	}
+	r.Lat = r.LatBy[shape.Watch[0]]
 	r.Summary = summarizeLatencies(r.Lat)
+	if shape.Settle != nil {
+		if err := shape.Settle(ctx, pool); err != nil {
+			r.OracleErr = err
+			return r
+		}
+	}
 	if err := e.converge(ctx, time.Minute); err != nil {
 		r.OracleErr = err
 		return r
 	}
-	r.OracleErr = checkSame(ctx, pool, "SELECT id, val FROM hop1", "SELECT id, val FROM src")
+	r.OracleErr = shape.Oracle(ctx, pool)
 	return r
 }

@@ -39,6 +39,8 @@ var scenarios = []scenario{
 	{Name: "write-tax", About: "B2: single-row and 1000-row writes on a captured table vs the same table without capture", Run: runWriteTax},
 	{Name: "group-contention", About: "B6: fold rate into a SUM/COUNT aggregate at 400 and 40,000 groups", Run: runGroupContention},
 	{Name: "hop-ladder", About: "B7: commit-to-visible latency of a 1-1 target at ~1,000 writes/s (default intervals)", Run: runHopLadder},
+	{Name: "apply-latency", About: "B8 DDL latency: each Trellis statement through the proxy on a 10,000- and a 1,000,000-row source (goal <= 100 ms, no synchronous scan)", Run: runApplyLatency},
+	{Name: "poisoned-key", About: "B7 under quarantine: commit-to-visible of other transforms and keys while a held key is rewritten in a tight loop, vs the same cell unpoisoned", Run: runPoisonedKey},
 	{Name: "backfill", About: "B8: build of a 1-1 and a 100,000-group target vs CREATE TABLE AS SELECT", Run: runBackfill},
 	{Name: "idle-cost", About: "B9: CPU and commits/s of 10 live transforms with no writes", Run: runIdleCost},
 	{Name: "memory", About: "B10: Go heap and RSS while draining a large backlog", Run: runMemory},
