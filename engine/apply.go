@@ -26,6 +26,28 @@ type compiledDef struct {
 	paused     map[string]bool
 	pausedKey  string
 	fieldProbe map[string]string
+	// groupValue is each aggregate field's value for target row "t2",
+	// from its accumulators or the ledger (refreshSQL).
+	groupValue map[string]string
+}
+
+// refreshSQL rewrites the given aggregate fields of every group from what
+// the target and ledger keep for it, touching only rows that differ.
+func (cd *compiledDef) refreshSQL(cols []string) string {
+	var sets, diffs []string
+	for _, col := range cols {
+		v, ok := cd.groupValue[col]
+		if !ok {
+			continue
+		}
+		sets = append(sets, ident(col)+" = "+v)
+		// Renderings, not =: numeric 1.5 and 1.50 differ.
+		diffs = append(diffs, "t2."+ident(col)+"::text IS DISTINCT FROM ("+v+")::text")
+	}
+	if len(sets) == 0 {
+		return ""
+	}
+	return "UPDATE " + cd.c.target() + " AS t2 SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(diffs, " OR ")
 }
 
 func (e *Engine) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
@@ -97,12 +119,22 @@ func (cd *compiledDef) generate() {
 		if nf > 0 {
 			liveCols += ", " + joinf(nf, func(i int) string { return "(" + fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
 		}
+		// Only the written columns decide whether a row changed: a paused
+		// column's excluded value is the default, never its stale value.
+		changed := "t *<> excluded"
+		if nf < len(c.Spec.Fields) {
+			written := func(alias string) string {
+				return "ROW(" + joinf(nk, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ") +
+					joinf(nf, func(i int) string { return ", " + alias + "." + ident(fields[i].Name) }, "") + ")"
+			}
+			changed = "record_image_ne(" + written("t") + ", " + written("excluded") + ")"
+		}
 		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
 up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM live ORDER BY __k COLLATE "C"
        ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO UPDATE SET ` + set + `
-       WHERE t *<> excluded RETURNING 1),
+       WHERE ` + changed + ` RETURNING 1),
 del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
 DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		return
@@ -169,14 +201,24 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			set = append(set, ident("__true"+itoa(i))+" = t."+ident("__true"+itoa(i))+" + excluded."+ident("__true"+itoa(i)))
 		}
 	}
-	acc := func(newRow bool, what string, i int) string {
+	// acc reads an accumulator: a new group's delta, an existing group's
+	// sum with the delta, or (refresh) a group's own stored value.
+	const (
+		accNew = iota
+		accUpsert
+		accOwn
+	)
+	acc := func(mode int, what string, i int) string {
 		col := map[string]string{"m": `"__members"`, "c": ident("__cnt" + itoa(i)), "s": ident("__sum" + itoa(i)), "t": ident("__true" + itoa(i))}[what]
-		if newRow {
+		switch mode {
+		case accNew:
 			return map[string]string{"m": "dm", "c": "dc" + itoa(i), "s": "ds" + itoa(i), "t": "dt" + itoa(i)}[what]
+		case accOwn:
+			return "t2." + col
 		}
 		return "(t." + col + " + excluded." + col + ")"
 	}
-	incExpr := func(f Field, a int, newRow bool) string {
+	incExpr := func(f Field, a int, newRow int) string {
 		var x string
 		switch f.Agg {
 		case AggCountStar:
@@ -199,13 +241,45 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	}
 	var recompute []int
 	for i, f := range c.Spec.Fields {
+		if cd.paused[f.Name] {
+			continue // the accumulators above are still maintained
+		}
 		if c.Recompute[i] {
 			recompute = append(recompute, i)
 			continue
 		}
 		insCols = append(insCols, ident(f.Name))
-		insVals = append(insVals, incExpr(f, c.FieldArg[i], true))
-		set = append(set, ident(f.Name)+" = "+incExpr(f, c.FieldArg[i], false))
+		insVals = append(insVals, incExpr(f, c.FieldArg[i], accNew))
+		set = append(set, ident(f.Name)+" = "+incExpr(f, c.FieldArg[i], accUpsert))
+	}
+	groupMatch := joinf(ng, func(i int) string {
+		g := "t2." + ident(c.Spec.GroupBy[i].Name)
+		e := "e.g" + itoa(i)
+		return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
+	}, " AND ")
+	recomputeAgg := func(i int) string {
+		f := c.Spec.Fields[i]
+		a := "e.a" + itoa(c.FieldArg[i])
+		var agg string
+		if f.Agg == AggJSONBAgg {
+			agg = "jsonb_agg(" + a + " ORDER BY " + joinf(len(c.Key), func(j int) string { return "e.sk" + itoa(j) }, ", ") + ")"
+		} else {
+			agg = aggSQLName[f.Agg] + "(" + a + ")"
+		}
+		if f.Cast != "" {
+			agg = "(" + agg + ")::" + f.Cast
+		}
+		return "(SELECT " + agg + " FROM " + c.ledger() + " e WHERE e.member AND " + groupMatch + ")"
+	}
+	// What each field is, computed for target row t2 from what is kept for
+	// its group (a refresh after a field pause).
+	cd.groupValue = map[string]string{}
+	for i, f := range c.Spec.Fields {
+		if c.Recompute[i] {
+			cd.groupValue[f.Name] = recomputeAgg(i)
+		} else {
+			cd.groupValue[f.Name] = incExpr(f, c.FieldArg[i], accOwn)
+		}
 	}
 	cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
@@ -225,26 +299,11 @@ RETURNING t.ctid`
 	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
 	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
 	if len(recompute) > 0 {
-		match := joinf(ng, func(i int) string {
-			g := "t2." + ident(c.Spec.GroupBy[i].Name)
-			e := "e.g" + itoa(i)
-			return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
-		}, " AND ")
 		var subs, sets, diffs []string
 		for _, i := range recompute {
 			f := c.Spec.Fields[i]
-			a := "e.a" + itoa(c.FieldArg[i])
-			var agg string
-			if f.Agg == AggJSONBAgg {
-				agg = "jsonb_agg(" + a + " ORDER BY " + joinf(len(c.Key), func(j int) string { return "e.sk" + itoa(j) }, ", ") + ")"
-			} else {
-				agg = aggSQLName[f.Agg] + "(" + a + ")"
-			}
-			if f.Cast != "" {
-				agg = "(" + agg + ")::" + f.Cast
-			}
 			name := ident(f.Name)
-			subs = append(subs, "(SELECT "+agg+" FROM "+c.ledger()+" e WHERE e.member AND "+match+") AS __r"+itoa(i))
+			subs = append(subs, recomputeAgg(i)+" AS __r"+itoa(i))
 			sets = append(sets, name+" = m.__r"+itoa(i))
 			// Renderings, not =: numeric 1.5 and 1.50 differ.
 			diffs = append(diffs, "t."+name+"::text IS DISTINCT FROM m.__r"+itoa(i)+"::text")

@@ -65,23 +65,28 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	// Fence against pause/drop/alter, like a page.
 	var version int64
 	var raw []byte
-	var paused []string
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled,
-		ARRAY(SELECT pc.column_name FROM %s pc WHERE pc.definition_id = $1 ORDER BY 1) FROM %s WHERE id = $1 AND build_id = $2
-		AND status = 'backfilling' FOR SHARE`, e.tbl("_paused_columns"), e.tbl("_definitions")), defID, build).Scan(&version, &raw, &paused)
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled FROM %s WHERE id = $1 AND build_id = $2
+		AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // superseded; the task row dies with its build
 	}
 	if err != nil {
 		return err
 	}
-	cd, err := e.compiledForPaused(defID, version, raw, paused)
+	paused, err := e.pausedOf(ctx, tx, []int64{defID}) // after the lock, as a page does
+	if err != nil {
+		return err
+	}
+	cd, err := e.compiledForPaused(defID, version, raw, paused[defID])
 	if err != nil {
 		return err
 	}
 	c := cd.c
 	if kind == "sweep" {
 		return e.sweepStep(ctx, tx, taskID, cd, lo)
+	}
+	if kind == "refresh" {
+		return e.refreshStep(ctx, tx, taskID, cd)
 	}
 	if kind == "plan" {
 		n, err := e.plan(ctx, tx, cd, build)
@@ -193,4 +198,39 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 		}
 		lo = hi
 	}
+}
+
+// refreshStep rewrites the aggregate fields a field resume released
+// (status_detail.refresh_columns) for every group, from the accumulators
+// and ledger kept while they were paused. The ledger's SHARE lock waits out
+// and holds off pages writing this definition, so the statement after it
+// reads every committed entry; pages after it write the fields themselves.
+func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
+	var cols []string
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(status_detail -> 'refresh_columns', '[]')))
+		FROM %s WHERE id = $1`, e.tbl("_definitions")), cd.id).Scan(&cols); err != nil {
+		return err
+	}
+	var todo []string
+	for _, c := range cols {
+		if !cd.paused[c] {
+			todo = append(todo, c)
+		}
+	}
+	if q := cd.refreshSQL(todo); q != "" {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN SHARE MODE"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = CASE
+		  WHEN (status_detail -> 'refresh_columns') - $2::text[] = '[]'::jsonb THEN nullif(status_detail - 'refresh_columns', '{}'::jsonb)
+		  ELSE jsonb_set(status_detail, '{refresh_columns}', (status_detail -> 'refresh_columns') - $2::text[]) END
+		WHERE id = $1 AND status_detail ? 'refresh_columns'`, e.tbl("_definitions")), cd.id, cols); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+	return err
 }

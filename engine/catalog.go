@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 4
+const formatVersion = 5
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -158,6 +158,24 @@ CREATE TABLE {{S}}._paused_columns (
   last_error text, sqlstate text, cascaded_from text[] NOT NULL DEFAULT '{}',
   PRIMARY KEY (definition_id, column_name));
 `,
+	// 5: per-field pause state (grammar §4.3, D18). A paused field is local
+	// (PAUSE t.c, the column fuse) and/or held by upstream fields it reads,
+	// one edge per upstream->downstream pair; the edges replace the
+	// cascaded_from array (the surface derives it). A 'refresh' build task
+	// rewrites resumed aggregate columns from their accumulators.
+	`
+ALTER TABLE {{S}}._paused_columns ADD COLUMN local boolean NOT NULL DEFAULT true;
+ALTER TABLE {{S}}._paused_columns DROP COLUMN cascaded_from CASCADE;
+CREATE TABLE {{S}}._column_pause_edges (
+  up_definition_id bigint NOT NULL, up_column text NOT NULL,
+  down_definition_id bigint NOT NULL, down_column text NOT NULL,
+  PRIMARY KEY (up_definition_id, up_column, down_definition_id, down_column),
+  FOREIGN KEY (up_definition_id, up_column) REFERENCES {{S}}._paused_columns ON DELETE CASCADE,
+  FOREIGN KEY (down_definition_id, down_column) REFERENCES {{S}}._paused_columns ON DELETE CASCADE);
+CREATE INDEX ON {{S}}._column_pause_edges (down_definition_id, down_column);
+ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh'));
+`,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {
@@ -240,7 +258,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return err
 	}
 	if version == formatVersion {
-		if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions+quarantineFunctions)); err != nil {
+		if _, err := tx.Exec(ctx, e.renderCatalogSQL(catalogFunctions())); err != nil {
 			return fmt.Errorf("catalog functions: %w", err)
 		}
 		return tx.Commit(ctx)
@@ -259,7 +277,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, e.renderCatalogSQL(privilegedFunctions+lifecycleFunctions+quarantineFunctions)); err != nil {
+	if _, err := tx.Exec(ctx, e.renderCatalogSQL(catalogFunctions())); err != nil {
 		return fmt.Errorf("catalog functions: %w", err)
 	}
 	return tx.Commit(ctx)

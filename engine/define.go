@@ -174,6 +174,12 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if err != nil {
 		return nil, err
 	}
+	// Fields reading a field paused upstream are born paused (grammar §4.1).
+	if upstream != nil {
+		if _, err := q.Exec(ctx, fmt.Sprintf("SELECT %s._pause_inherit(current_user::regrole, $1)", ident(e.cfg.Schema)), d.ID); err != nil {
+			return nil, err
+		}
+	}
 	// Delivered at commit; the staging worker also looks at least once a pass.
 	if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'define')", e.channel("wake")); err != nil {
 		return nil, err

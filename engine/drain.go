@@ -389,12 +389,11 @@ type readerDef struct {
 // readers returns the applying definitions reading any of tables, locked
 // FOR SHARE in id order (§12.6 step 2).
 func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, error) {
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, d.compiled, r.table_name,
-		  ARRAY(SELECT pc.column_name FROM %[3]s pc WHERE pc.definition_id = d.id ORDER BY 1)
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, d.compiled, r.table_name
 		FROM %[1]s d
 		JOIN %[2]s r ON r.definition_id = d.id
 		WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')
-		ORDER BY d.id FOR SHARE OF d`, e.tbl("_definitions"), e.tbl("_definition_reads"), e.tbl("_paused_columns")), tables)
+		ORDER BY d.id FOR SHARE OF d`, e.tbl("_definitions"), e.tbl("_definition_reads")), tables)
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +406,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	var rs []raw
 	for rows.Next() {
 		var r raw
-		if err := rows.Scan(&r.id, &r.version, &r.c, &r.table, &r.paused); err != nil {
+		if err := rows.Scan(&r.id, &r.version, &r.c, &r.table); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -416,6 +415,23 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	if len(rs) > 0 {
+		// Paused fields in a new statement: its snapshot follows the locks,
+		// so a field pause or resume that held a definition row FOR UPDATE
+		// is seen once it committed (the locking statement returns the
+		// row's newest version but evaluates subqueries in its old snapshot).
+		ids := make([]int64, len(rs))
+		for i, r := range rs {
+			ids[i] = r.id
+		}
+		paused, err := e.pausedOf(ctx, tx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for i := range rs {
+			rs[i].paused = paused[rs[i].id]
+		}
 	}
 	out := make([]readerDef, 0, len(rs))
 	for _, r := range rs {
@@ -436,4 +452,24 @@ func parseLSN(s string) uint64 {
 	var hi, lo uint64
 	fmt.Sscanf(s, "%X/%X", &hi, &lo)
 	return hi<<32 | lo
+}
+
+// pausedOf reads the paused fields of definitions, sorted by name.
+func (e *Engine) pausedOf(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64][]string, error) {
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT definition_id, array_agg(column_name ORDER BY column_name)
+		FROM %s WHERE definition_id = ANY($1) GROUP BY 1`, e.tbl("_paused_columns")), ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64][]string{}
+	for rows.Next() {
+		var id int64
+		var cols []string
+		if err := rows.Scan(&id, &cols); err != nil {
+			return nil, err
+		}
+		out[id] = cols
+	}
+	return out, rows.Err()
 }

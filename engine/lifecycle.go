@@ -62,22 +62,13 @@ func (e *Engine) lockTransform(ctx context.Context, q Querier, name grammar.Iden
 
 func frozen(status string) bool { return status == "paused" || status == "quarantined" }
 
-func columnPausesNotYet(f *grammar.Ident) error {
-	return pgerr.New(pgerr.FeatureNotSupported, "pausing or resuming one column is not supported by this version of trellis-proxy yet").
-		WithClass("unsupported", "NotYetSupported").WithPosition(int(f.Pos)).
-		WithHint("pause or resume the whole transform")
-}
-
 func (e *Engine) applyPause(ctx context.Context, q Querier, st *grammar.PauseStmt) (*Applied, error) {
-	if st.Addr.Field != nil {
-		if _, err := e.lockTransform(ctx, q, st.Addr.Target); err != nil {
-			return nil, err
-		}
-		return nil, columnPausesNotYet(st.Addr.Field)
-	}
 	d, err := e.lockTransform(ctx, q, st.Addr.Target)
 	if err != nil {
 		return nil, err
+	}
+	if st.Addr.Field != nil {
+		return e.pauseColumn(ctx, q, d, st.Addr.Field, st.CommandTag())
 	}
 	id := d.id
 	a := &Applied{Kind: "paused", Target: d.target, TargetTable: d.text, ID: &id, Status: d.status,

@@ -9,9 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/trellis-proxy/trellis-proxy/grammar"
-	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
 // Quarantine (engine spec §12.12, surface §6, §13 fuses).
@@ -255,7 +252,13 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 			return err
 		}
 		if tag.RowsAffected() > 0 {
-			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.c.TargetText, "column", col)
+			// Readers of the column downstream pause with it (grammar §4.3).
+			var cascaded []string
+			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s._pause_cascade($1, $2)`, ident(e.cfg.Schema)), cd.id, col).Scan(&cascaded); err != nil {
+				return err
+			}
+			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.c.TargetText, "column", col,
+				"cascaded", cascaded)
 		}
 	}
 	return nil
@@ -418,58 +421,4 @@ func (e *Engine) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, key
 	}
 	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_chunk")
 	return err
-}
-
-// quarantineFunctions are the catalog parts of the column fuse's release
-// (D9: SECURITY DEFINER, owned by the workers' role, acting-role and owner
-// checks through _lifecycle_check). Migrate replaces them on every run.
-const quarantineFunctions = `
-CREATE OR REPLACE FUNCTION {{S}}._resume_column(acting regrole, def_id bigint, col text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE d record;
-BEGIN
-  SELECT * INTO d FROM {{S}}._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
-  DELETE FROM {{S}}._paused_columns WHERE definition_id = def_id AND column_name = col;
-  IF NOT FOUND THEN
-    RETURN false;
-  END IF;
-  DELETE FROM {{S}}._column_failures WHERE definition_id = def_id AND column_name = col;
-  -- The column is rebuilt by a build of the transform (reported backfilling).
-  IF d.status IN ('live', 'backfilling') THEN
-    UPDATE {{S}}._definitions SET status = 'waiting_to_backfill', version = version + 1,
-      build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL
-    WHERE id = def_id;
-    DELETE FROM {{S}}._build_tasks WHERE definition_id = def_id;
-  END IF;
-  RETURN true;
-END $fn$;
-GRANT EXECUTE ON FUNCTION {{S}}._resume_column(regrole, bigint, text) TO PUBLIC;
-`
-
-// resumeColumn is RESUME TRANSFORM t.c for a column the column fuse paused:
-// its failing rows are forgotten and the transform is rebuilt, which writes
-// the column again for every key (surface §6.1).
-func (e *Engine) resumeColumn(ctx context.Context, q Querier, d *lockedDef, col *grammar.Ident, tag string) (*Applied, error) {
-	var resumed bool
-	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._resume_column(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
-		d.id, col.Name).Scan(&resumed); err != nil {
-		return nil, err
-	}
-	addr := d.target + "." + col.Name
-	if !resumed {
-		return nil, pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "column %s of %s is not paused", grammar.QuoteIdentIfNeeded(col.Name), d.text).
-			WithClass("conflict", "ColumnNotPaused").WithPosition(int(col.Pos)).
-			WithHint("trellis.quarantined lists the paused columns")
-	}
-	if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'resume')", e.channel("wake")); err != nil {
-		return nil, err
-	}
-	id := d.id
-	status := d.status
-	if status == "live" || status == "backfilling" {
-		status = "waiting_to_backfill"
-	}
-	return &Applied{Kind: "resumed", Target: addr, TargetTable: d.text, ID: &id, Status: status,
-		Resumed: []string{addr}, Warnings: []string{}, CommandTag: tag,
-		Notice: fmt.Sprintf("column %s of %s resumed; the transform is rebuilt from %s", col.Name, d.text, d.source)}, nil
 }

@@ -429,6 +429,13 @@ func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error
 	if err := e.addSweep(ctx, tx, id, build); err != nil {
 		return err
 	}
+	// Aggregate fields released by a field resume are refreshed per group.
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
+		SELECT id, $2, 'refresh' FROM %s WHERE id = $1 AND kind = 'aggregate'
+		  AND jsonb_array_length(coalesce(status_detail -> 'refresh_columns', '[]')) > 0`,
+		e.tbl("_build_tasks"), e.tbl("_definitions")), id, build); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake")); err != nil {
 		return err
 	}

@@ -67,6 +67,8 @@ func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opt
 		return e.applyPause(ctx, q, s)
 	case *grammar.ResumeStmt:
 		return e.applyResume(ctx, q, s)
+	case *grammar.AlterTransformStmt:
+		return e.applyAlter(ctx, q, s, opts)
 	default:
 		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "%s is not supported by this version of trellis-proxy yet", st.CommandTag()).
 			WithClass("unsupported", "NotYetSupported").WithPosition(int(st.Position()))

@@ -297,7 +297,11 @@ CREATE VIEW {{S}}.quarantined AS
     FROM {{S}}.status s WHERE s.status = 'quarantined'
     UNION ALL
     SELECT s.target || '.' || pc.column_name, s.target, pc.column_name::text, 'paused'::text,
-           pc.paused_at::timestamptz, pc.last_error::text, pc.cascaded_from::text[], NULL::int8
+           pc.paused_at::timestamptz, pc.last_error::text,
+           ARRAY(SELECT (u.compiled #>> '{spec,target,name}') || '.' || e.up_column
+                 FROM {{S}}._column_pause_edges e JOIN {{S}}._definitions u ON u.id = e.up_definition_id
+                 WHERE e.down_definition_id = pc.definition_id AND e.down_column = pc.column_name ORDER BY 1)::text[],
+           NULL::int8
     FROM {{S}}.status s JOIN {{S}}._paused_columns pc ON pc.definition_id = s.definition_id) q
   ORDER BY q.transform, q.column_name NULLS FIRST;
 
