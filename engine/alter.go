@@ -40,7 +40,14 @@ BEGIN
   PERFORM {{S}}._lifecycle_check(acting, def_id);
   SELECT compiled #>> '{spec,target,name}' INTO bare FROM {{S}}._definitions WHERE id = def_id;
   RETURN ARRAY(SELECT format('%s.%s reads %s.%s', x.reader, x.field, bare, x.col)
-               FROM {{S}}._column_readers(def_id, cols) x);
+               FROM {{S}}._column_readers(def_id, cols) x)
+      -- readers of no column (constant fields over the key) when all count
+      || ARRAY(SELECT format('%s reads %s', o.compiled #>> '{spec,target,name}', bare)
+               FROM {{S}}._definitions d JOIN {{S}}._definition_reads r ON r.table_name = d.target_table AND r.definition_id <> d.id
+               JOIN {{S}}._definitions o ON o.id = r.definition_id
+               WHERE d.id = def_id AND cols IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM {{S}}._column_readers(def_id, NULL) x WHERE x.reader_id = o.id)
+               ORDER BY 1);
 END $fn$;
 
 -- Stores an altered definition: statement and compiled form, version + 1,

@@ -125,6 +125,22 @@ func TestAlterTransformAddAlterDropUnderWriters(t *testing.T) {
 	}
 	_, err = applyText(t, e, `ALTER TRANSFORM down ADD g1 * 2 AS g2`)
 	wantErr(t, err, pgerr.ObjectNotInPrerequisiteState, "TransformNotLive")
+
+	// DROP TRANSFORM (grammar §4.5): paused first, leaves inward.
+	_, err = applyText(t, e, `DROP TRANSFORM ov`)
+	wantErr(t, err, pgerr.ObjectNotInPrerequisiteState, "TransformNotPaused")
+	if _, err := applyText(t, e, `PAUSE TRANSFORM ov`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = applyText(t, e, `DROP TRANSFORM ov`)
+	if pe := wantErr(t, err, pgerr.DependentObjectsStillExist, "DependentsBlockDrop"); pe.Detail != "subject: ov\ndown.g1 reads ov.gross" || pe.Position != 16 {
+		t.Fatalf("DependentsBlockDrop detail %q position %d", pe.Detail, pe.Position)
+	}
+	for _, s := range []string{`DROP TRANSFORM down`, `DROP TRANSFORM ov`} {
+		if a, err := applyText(t, e, s); err != nil || a.Kind != "dropped" {
+			t.Fatalf("%s: %+v %v", s, a, err)
+		}
+	}
 }
 
 func mustVersion(t *testing.T, e *Engine, target string) (string, int64) {

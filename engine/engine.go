@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -366,21 +367,31 @@ func transient(err error) bool {
 	return true
 }
 
-func unsupported(what string) error {
-	return pgerr.Newf(pgerr.FeatureNotSupported, "%s is not yet supported", what).WithClass("unsupported", "NotYetSupported")
+// ApplyText parses one Trellis statement (TRANSFORM, PAUSE, RESUME, DROP,
+// ALTER TRANSFORM ...) and runs it with Apply on q. A pool or connection gets
+// a transaction of its own; a pgx.Tx gets a savepoint, so the statement takes
+// effect with the caller's COMMIT (D6).
+func (e *Engine) ApplyText(ctx context.Context, q Querier, text string, opts ApplyOptions) (a *Applied, err error) {
+	st, err := grammar.Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	q, done, err := atomically(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = done(err) }()
+	return e.Apply(ctx, q, st, opts)
 }
 
-// Pause is not yet supported.
+// Pause is PAUSE TRANSFORM target (grammar §4.3), by bare target name.
 func (e *Engine) Pause(ctx context.Context, q Querier, target TableName) error {
-	return unsupported("PAUSE TRANSFORM")
+	_, err := e.ApplyText(ctx, q, "PAUSE TRANSFORM "+ident(target.Name), ApplyOptions{})
+	return err
 }
 
-// Resume is not yet supported.
+// Resume is RESUME TRANSFORM target (grammar §4.4), by bare target name.
 func (e *Engine) Resume(ctx context.Context, q Querier, target TableName) error {
-	return unsupported("RESUME TRANSFORM")
-}
-
-// Alter is not yet supported.
-func (e *Engine) Alter(ctx context.Context, q Querier, target TableName, spec Spec) error {
-	return unsupported("ALTER TRANSFORM")
+	_, err := e.ApplyText(ctx, q, "RESUME TRANSFORM "+ident(target.Name), ApplyOptions{})
+	return err
 }

@@ -195,6 +195,9 @@ func TestChainOfThree(t *testing.T) {
 	exec(t, pool, `INSERT INTO src VALUES (1, 'a', 1), (2, NULL, 2)`)
 	converge(t, e)
 	check()
+	if err := e.Pause(context.Background(), pool, TableName{Name: "l2"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.Drop(context.Background(), pool, TableName{Name: "l2"}); pgerr.CodeOf(err) != pgerr.DependentObjectsStillExist {
 		t.Fatalf("drop with readers: %v", err)
 	}
@@ -286,8 +289,11 @@ func TestDefineInClientTransaction(t *testing.T) {
 			t.Errorf("define %s over %s: got %v, want %s/%s", c.spec.Target.Name, c.spec.Source.Name, err, c.code, c.variant)
 		}
 	}
-	if err := e.Pause(ctx, pool, TableName{Name: "bv"}); pgerr.CodeOf(err) != pgerr.FeatureNotSupported {
-		t.Errorf("pause: %v", err)
+	if err := e.Drop(ctx, pool, TableName{Name: "bv"}); pgerr.CodeOf(err) != pgerr.ObjectNotInPrerequisiteState {
+		t.Errorf("drop of a live transform: %v", err)
+	}
+	if err := e.Pause(ctx, pool, TableName{Name: "bv"}); err != nil {
+		t.Fatalf("pause: %v", err)
 	}
 	// Drop removes everything, and the next pass uninstalls capture.
 	if err := e.Drop(ctx, pool, TableName{Name: "bv"}); err != nil {

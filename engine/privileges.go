@@ -104,7 +104,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE d record; readers text;
 BEGIN
   PERFORM {{S}}._check_acting(acting);
-  SELECT id, compiled, target_table, owner_role INTO d FROM {{S}}._definitions
+  SELECT id, compiled, target_table, owner_role, status INTO d FROM {{S}}._definitions
   WHERE target_table = format('%I.%I', tschema, tname) FOR UPDATE;
   IF NOT FOUND THEN
     RETURN NULL;
@@ -113,6 +113,12 @@ BEGIN
     RAISE EXCEPTION 'must be owner of transform %', d.target_table USING ERRCODE = '42501',
       DETAIL = 'trellis: permission/NotOwner',
       HINT = format('run it as %I or a member of that role', pg_get_userbyid(d.owner_role));
+  END IF;
+  -- No live-to-gone step (grammar §4.5): pause first.
+  IF d.status NOT IN ('paused', 'quarantined') THEN
+    RAISE EXCEPTION 'transform % is %, not paused', d.target_table, d.status USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/TransformNotPaused',
+      HINT = format('PAUSE TRANSFORM %s first', d.compiled #>> '{spec,target,name}');
   END IF;
   SELECT string_agg(o.target_table, ', ' ORDER BY o.target_table) INTO readers
   FROM {{S}}._definition_reads r JOIN {{S}}._definitions o ON o.id = r.definition_id

@@ -141,6 +141,29 @@ func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.
 	if err := checkOwner(ctx, q, owner, target, int(st.Target.Pos)); err != nil {
 		return nil, err
 	}
+	// grammar §4.5 in order: TransformNotPaused, then DependentsBlockDrop
+	// (the catalog function re-checks both under the row lock, D9).
+	d, err := e.lockTransform(ctx, q, st.Target)
+	if err != nil {
+		return nil, err
+	}
+	tname := grammar.QuoteIdentIfNeeded(d.target)
+	if !frozen(d.status) {
+		return nil, pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "transform %s is %s, not paused", d.text, d.status).
+			WithClass("conflict", "TransformNotPaused").WithPosition(int(st.Target.Pos)).
+			WithDetail("a running transform is not dropped: its target would vanish under its readers mid-change").
+			WithHint("PAUSE TRANSFORM %s first", tname)
+	}
+	var lines []string
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, NULL)`, ident(e.cfg.Schema)), d.id).Scan(&lines); err != nil {
+		return nil, err
+	}
+	if len(lines) > 0 {
+		return nil, pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot drop transform %s: other transforms read it", d.text).
+			WithClass("conflict", "DependentsBlockDrop").WithPosition(int(st.Target.Pos)).
+			WithDetail("subject: %s\n%s", d.target, strings.Join(lines, "\n")).
+			WithHint("drop the readers first (leaves inward): PAUSE and DROP TRANSFORM each of them")
+	}
 	if err := e.Drop(ctx, q, target); err != nil {
 		if pe, ok := pgerr.As(err); ok && pe.Position == 0 {
 			pe.Position = int(st.Target.Pos)

@@ -77,6 +77,11 @@ func TestApplyTransformStatementsEndToEnd(t *testing.T) {
 	assertSame(t, pool, `SELECT region, total, n, avg_qty, biggest FROM region_totals`,
 		`SELECT region, SUM(amount), COUNT(*), AVG(qty), MAX(amount) FROM orders GROUP BY region`)
 
+	_, err = applyText(t, e, `DROP TRANSFORM order_view`)
+	wantErr(t, err, pgerr.ObjectNotInPrerequisiteState, "TransformNotPaused")
+	if _, err := applyText(t, e, `PAUSE TRANSFORM order_view`); err != nil {
+		t.Fatal(err)
+	}
 	d, err := applyText(t, e, `DROP TRANSFORM order_view`)
 	if err != nil || d.Kind != "dropped" {
 		t.Fatalf("drop: %+v %v", d, err)

@@ -376,6 +376,7 @@ func TestStatusAndDumpThroughProxy(t *testing.T) {
 		t.Fatalf("dump:\n%s", dump)
 	}
 	// Replaying the dump through the proxy recreates the definition.
+	mustExec(t, c, `PAUSE TRANSFORM region_totals`)
 	mustExec(t, c, `DROP TRANSFORM region_totals`)
 	if _, err := c.Exec(ctx, dump, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("replaying the dump: %v\n%s", err, dump)
@@ -459,6 +460,9 @@ func TestOrdinaryRoleDefinesOwnTransform(t *testing.T) {
 	}
 	if _, err := other.Exec(ctx, `TRANSFORM spy FROM mine SELECT v AS w`); pgErrOf(t, err).Code != "42501" {
 		t.Fatalf("a role without SELECT on the source defined over it: %v", err)
+	}
+	if _, err := app.Exec(ctx, `PAUSE TRANSFORM mine_x`); err != nil {
+		t.Fatalf("the owner's pause: %v", err)
 	}
 	if _, err := app.Exec(ctx, `DROP TRANSFORM mine_x`); err != nil {
 		t.Fatalf("the owner's drop: %v", err)

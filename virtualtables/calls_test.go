@@ -143,6 +143,9 @@ func TestDumpDefinitionsReplays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := e.Pause(ctx, tx, engine.TableName{Name: name}); err != nil {
+			t.Fatalf("pause %s: %v", name, err)
+		}
 		if err := e.Drop(ctx, tx, engine.TableName{Schema: "public", Name: name}); err != nil {
 			t.Fatalf("drop %s: %v", name, err)
 		}

@@ -111,6 +111,9 @@ func runBackfill(ctx context.Context, b *bench) error {
 			}
 			b.out.emit(map[string]any{"scenario": "backfill", "variant": "build", "shape": name, "rep": rep, "rows": rows,
 				"define_to_live_seconds": secs[name], "rows_per_sec": float64(rows) / secs[name], "oracle_ok": oerr == nil, "error": errString(oerr)})
+			if err := e.Pause(ctx, pool, engine.TableName{Name: target}); err != nil {
+				return fmt.Errorf("pause %s: %w", target, err)
+			}
 			if err := e.Drop(ctx, pool, engine.TableName{Name: target}); err != nil {
 				return fmt.Errorf("drop %s: %w", target, err)
 			}

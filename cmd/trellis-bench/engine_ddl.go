@@ -205,7 +205,9 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 		{label: "TRANSFORM (third)", sql: `TRANSFORM dl_tmp FROM src SELECT v AS v`},
 		{label: "PAUSE (building)", sql: `PAUSE TRANSFORM dl_tmp`},
 		{label: "RESUME (paused while building)", sql: `RESUME TRANSFORM dl_tmp`},
-		{label: "DROP (building)", sql: `DROP TRANSFORM dl_tmp`, after: func() error { return c.gone(ctx, "dl_tmp") }},
+		// DROP needs a frozen transform (grammar §4.5).
+		{label: "PAUSE (before DROP)", sql: `PAUSE TRANSFORM dl_tmp`},
+		{label: "DROP (paused)", sql: `DROP TRANSFORM dl_tmp`, after: func() error { return c.gone(ctx, "dl_tmp") }},
 		{label: "PAUSE (live)", sql: `PAUSE TRANSFORM dl_one`, before: func() error { return c.awaitLive(ctx, "initial build", "dl_one", "dl_grp") },
 			after: func() error {
 				// Writes while paused, which the RESUME's rebuild must bring in.
@@ -222,7 +224,9 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 		{label: "PAUSE t.col", sql: `PAUSE TRANSFORM dl_one.v2`, optional: true},
 		{label: "RESUME t.col", sql: `RESUME TRANSFORM dl_one.v2`, optional: true, needs: "PAUSE t.col",
 			after: func() error { return c.awaitLive(ctx, "RESUME t.col", "dl_one") }},
-		{label: "DROP GROUP BY (live)", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
+		{label: "PAUSE GROUP BY (before DROP)", sql: `PAUSE TRANSFORM dl_grp`},
+		{label: "DROP GROUP BY (paused)", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
+		{label: "PAUSE 1-1 (before DROP)", sql: `PAUSE TRANSFORM dl_one`},
 		{label: "DROP 1-1", sql: `DROP TRANSFORM dl_one`, after: func() error { return c.gone(ctx, "dl_one") }},
 	}
 	refused := map[string]bool{}
