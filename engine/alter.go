@@ -173,7 +173,18 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if err := spec.check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
-	if err := e.checkFormulas(ctx, q, merged, src, spec); err != nil {
+	// D8's probes for the new formulas only: kept ones passed them at
+	// define (or their last ALTER), and what the source did to them since
+	// is the health check's and RESUME's business. resolveTypes below
+	// still plans every formula against the live source.
+	probe := *spec
+	probe.Fields = nil
+	for _, f := range spec.Fields {
+		if slices.Contains(res.Added, f.Name) || slices.Contains(res.Altered, f.Name) {
+			probe.Fields = append(probe.Fields, f)
+		}
+	}
+	if err := e.checkFormulas(ctx, q, merged, src, &probe); err != nil {
 		return nil, err
 	}
 	clausePos := func(field string) int {

@@ -261,7 +261,15 @@ func TestAlterThroughProxy(t *testing.T) {
 		t.Fatalf("drop left definitions=%d table=%v", defs, table)
 	}
 
-	// The dump of what is left replays in one go.
+	// The dump of what is left replays in one go; with pauses it carries
+	// an operator's field pause.
+	mustExec(t, c, `PAUSE TRANSFORM fresh.p1`)
+	if err := c.QueryRow(ctx, `SELECT trellis.dump_definitions_sql()`).Scan(&dump); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dump, "\nPAUSE TRANSFORM fresh.p1;\n") {
+		t.Fatalf("dump lacks the field pause:\n%s", dump)
+	}
 	if err := c.QueryRow(ctx, `SELECT trellis.dump_definitions_sql(false)`).Scan(&dump); err != nil {
 		t.Fatal(err)
 	}

@@ -489,6 +489,14 @@ BEGIN
     LOOP
       out := out || format('PAUSE TRANSFORM %s;', quote_ident(r.target)) || chr(10);
     END LOOP;
+    -- Operator field pauses (not the column fuse's, not cascades: replaying
+    -- the pause recreates its cascade).
+    FOR r IN SELECT q.transform, q.column_name FROM {{S}}.quarantined q
+             WHERE q.column_name IS NOT NULL AND q.last_error IS NULL AND cardinality(q.cascaded_from) = 0
+             ORDER BY q.transform, q.column_name
+    LOOP
+      out := out || format('PAUSE TRANSFORM %s.%s;', quote_ident(r.transform), quote_ident(r.column_name)) || chr(10);
+    END LOOP;
   END IF;
   RETURN out || 'COMMIT;' || chr(10);
 END
