@@ -95,6 +95,9 @@ func TestAlterTransformAddAlterDropUnderWriters(t *testing.T) {
 		t.Fatalf("source columns %v", a.SourceColumns)
 	}
 	awaitLive(t, e, "ov")
+	if k := scalar[string](t, pool, `SELECT build_kind FROM trellis._definitions WHERE target_table = 'public.ov'`); k != "alter" {
+		t.Fatalf("build kind %q", k)
+	}
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	wg.Wait()

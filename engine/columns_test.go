@@ -123,6 +123,9 @@ func TestPauseColumnCascadesAndResumeRebuildsExactly(t *testing.T) {
 	wantErr(t, err, pgerr.ObjectNotInPrerequisiteState, "DefinitionNotLive") // a is rebuilding its dbl
 	awaitLive(t, e, "a")
 	awaitLive(t, e, "b")
+	if k := scalar[string](t, pool, `SELECT build_kind FROM trellis._definitions WHERE target_table = 'public.a'`); k != "column_resume" {
+		t.Fatalf("build kind %q", k)
+	}
 	converge(t, e)
 	assertSame(t, pool, `SELECT id, dbl, region FROM a`, `SELECT id, amount * 2, region FROM orders`)
 	assertSame(t, pool, `SELECT id, d1, reg FROM b`, `SELECT id, amount * 2 + 1, region FROM orders`)

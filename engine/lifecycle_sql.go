@@ -73,7 +73,7 @@ BEGIN
   END IF;
   UPDATE {{S}}._definitions SET status = 'waiting_to_backfill', version = version + 1,
     build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-    status_detail = nullif(coalesce(status_detail, '{}') - 'capture_failure' - 'rebuild_reason' - 'halt', '{}')
+    status_detail = coalesce(status_detail, '{}') - 'capture_failure' - 'halt' || jsonb_build_object('rebuild_reason', 'resume')
   WHERE id = def_id;
   -- Skip tasks a chunk holds: it waits on the definition row we lock (a
   -- deadlock otherwise); they belong to a superseded build and are never run.

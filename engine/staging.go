@@ -412,7 +412,10 @@ func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error
 	defer tx.Rollback(ctx)
 	var build int64
 	err = tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'backfilling', build_id = nextval('%s'),
-		  version = version + 1, build_kind = 'initial', build_started_at = now(), build_rows_done = 0,
+		  version = version + 1, build_started_at = now(), build_rows_done = 0,
+		  build_kind = CASE coalesce(status_detail ->> 'rebuild_reason', '') WHEN '' THEN 'initial' WHEN 'resume' THEN 'resume'
+		    WHEN 'alter' THEN 'alter' WHEN 'field_build' THEN 'column_resume' WHEN 'request_backfill' THEN 'requested'
+		    ELSE 'repair' END,
 		  build_rows_estimated = (SELECT CASE WHEN reltuples < 0 THEN NULL ELSE reltuples::bigint END FROM pg_class WHERE oid = d.source_oid)
 		WHERE id = $1 AND status = 'waiting_to_backfill' RETURNING build_id`,
 		e.tbl("_definitions"), e.tbl("_build_seq")), id).Scan(&build)
