@@ -195,15 +195,13 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		}
 		return int(st.Target.Pos)
 	}
-	if len(res.Dropped) > 0 {
+	for _, col := range res.Dropped {
 		var lines []string
 		if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
-			d.id, res.Dropped).Scan(&lines); err != nil {
+			d.id, []string{col}).Scan(&lines); err != nil {
 			return nil, err
 		}
 		if len(lines) > 0 {
-			first := strings.SplitN(lines[0], " reads ", 2)
-			col := first[1][strings.LastIndex(first[1], ".")+1:]
 			return nil, pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot drop field %s of %s: other transforms read it", grammar.QuoteIdentIfNeeded(col), d.text).
 				WithClass("conflict", "DependentsBlockDrop").WithPosition(clausePos(col)).
 				WithDetail("subject: %s.%s\n%s", d.target, col, strings.Join(lines, "\n")).

@@ -461,6 +461,26 @@ func TestOrdinaryRoleDefinesOwnTransform(t *testing.T) {
 	if _, err := other.Exec(ctx, `TRANSFORM spy FROM mine SELECT v AS w`); pgErrOf(t, err).Code != "42501" {
 		t.Fatalf("a role without SELECT on the source defined over it: %v", err)
 	}
+	// ALTER and field pauses need ownership too; the owner's work.
+	for _, q := range []string{`ALTER TRANSFORM mine_x ADD v + 1 AS y`, `PAUSE TRANSFORM mine_x.x`} {
+		if _, err := other.Exec(ctx, q); pgErrOf(t, err).Code != "42501" {
+			t.Fatalf("another role's %s: %v", q, err)
+		}
+	}
+	mustExec(t, app, `ALTER TRANSFORM mine_x ADD v + 1 AS y`)
+	if err := app.QueryRow(ctx, `SELECT trellis.await_live('mine_x', 60000)`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, app, `PAUSE TRANSFORM mine_x.x`)
+	mustExec(t, app, `RESUME TRANSFORM mine_x.x`)
+	if err := app.QueryRow(ctx, `SELECT trellis.await_live('mine_x', 60000)`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "mine_x exact after ALTER", func() bool {
+		var bad int
+		err := app.QueryRow(ctx, `SELECT count(*) FROM mine m FULL JOIN mine_x x USING (id) WHERE x.x IS DISTINCT FROM m.v * 10 OR x.y IS DISTINCT FROM m.v + 1`).Scan(&bad)
+		return err == nil && bad == 0
+	})
 	if _, err := app.Exec(ctx, `PAUSE TRANSFORM mine_x`); err != nil {
 		t.Fatalf("the owner's pause: %v", err)
 	}
