@@ -38,6 +38,7 @@ func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) err
 		if did {
 			continue
 		}
+		e.states.set(id, "drain", "idle")
 		ch := e.drainedCh()
 		t := time.NewTimer(e.cfg.PollInterval)
 		select {
@@ -55,14 +56,23 @@ func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bo
 	// Odd workers prefer build tasks so a steady write load cannot starve a
 	// build; even workers prefer pages so builds cannot starve convergence.
 	first, second := e.drainPage, e.buildStep
+	firstState, secondState := "draining", "building"
 	if buildsFirst {
 		first, second = e.buildStep, e.drainPage
+		firstState, secondState = secondState, firstState
 	}
 	did, err := first(ctx, id)
+	if did {
+		e.states.set(id, "drain", firstState)
+	}
 	if did || err != nil {
 		return did, err
 	}
-	return second(ctx, id)
+	did, err = second(ctx, id)
+	if did {
+		e.states.set(id, "drain", secondState)
+	}
+	return did, err
 }
 
 type pageKey struct {

@@ -136,6 +136,7 @@ type Engine struct {
 	cache   map[int64]*compiledDef
 
 	workerRole string
+	states     workerStates // this process's workers, for trellis.proxy_workers
 
 	plant plants // test-only faults; zero in production
 }
@@ -243,14 +244,17 @@ func (e *Engine) Run(ctx context.Context) error {
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
 	e.workerRole = role
+	defer e.states.clear()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return e.listen(gctx) })
 	g.Go(func() error { return e.heartbeat(gctx) })
 	if e.cfg.Staging != StagingOff {
+		e.states.set(e.stagingWorkerID(), "staging", "standby")
 		g.Go(func() error { return e.stagingCandidate(gctx) })
 	}
 	for i := 0; i < e.cfg.DrainWorkers; i++ {
 		id := fmt.Sprintf("%s/drain-%d", e.cfg.ProcessID, i)
+		e.states.set(id, "drain", "idle")
 		g.Go(func() error { return e.drainLoop(gctx, id, i%2 == 1) })
 	}
 	err := g.Wait()

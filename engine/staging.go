@@ -65,6 +65,8 @@ func (e *Engine) stagingSession(ctx context.Context) error {
 		}
 	}
 	e.log.Info("staging worker started", "process", e.cfg.ProcessID)
+	e.states.set(e.stagingWorkerID(), "staging", "holding")
+	defer e.states.set(e.stagingWorkerID(), "staging", "standby")
 	return e.stage(ctx, conn)
 }
 

@@ -47,6 +47,19 @@ type Unit struct {
 	Err *pgerr.Error
 	// Call is the proxy-only call (Kind == ProxyCall).
 	Call *Call
+	// Splices are the rewrites made in Text (a pass-through unit that
+	// names trellis. under another catalog, or a proxy-answered
+	// relation); Text is then the rewritten statement.
+	Splices []Splice
+}
+
+// MapPosition maps a 1-based character position Postgres reported for the
+// unit's (possibly rewritten) Text to the client's whole query string.
+func (u *Unit) MapPosition(pos int) int {
+	if pos <= 0 {
+		return pos
+	}
+	return MapPosition(pos, u.Splices) + u.CharOffset
 }
 
 // Plan is the classification of one client query string. A nil *Plan means
@@ -55,13 +68,23 @@ type Plan struct {
 	Units []Unit
 }
 
+// Rewritten returns the statement to send upstream in place of a Parse's
+// text: set when the plan is one pass-through statement the proxy only
+// rewrote (the prepared statement then stays Postgres's).
+func (p *Plan) Rewritten() (string, bool) {
+	if p == nil || len(p.Units) != 1 || p.Units[0].Kind != PassThrough || len(p.Units[0].Splices) == 0 {
+		return "", false
+	}
+	return p.Units[0].Text, true
+}
+
 // Local reports whether any unit needs the proxy.
 func (p *Plan) Local() bool {
 	if p == nil {
 		return false
 	}
 	for _, u := range p.Units {
-		if u.Kind != PassThrough {
+		if u.Kind != PassThrough || len(u.Splices) > 0 {
 			return true
 		}
 	}
@@ -73,12 +96,19 @@ type Options struct {
 	// Schema is the instance's catalog schema (lower case); "trellis" always
 	// names it too through the proxy (surface §1.1).
 	Schema string
+	// CatalogName is the catalog schema exactly as named: what the
+	// trellis. alias is rewritten to when it is not "trellis".
+	CatalogName string
+	// Relations returns the current rows of a proxy-answered relation
+	// (ProxyRelations), or nil to leave it to its catalog stub.
+	Relations func(name string) *Relation
 }
 
 // Classify routes a simple-query string (or the text of one Parse message).
 // It returns nil, without parsing anything, for ordinary SQL.
 func Classify(sql string, opts Options) *Plan {
-	if !MayConcernTrellis(sql, opts.Schema) {
+	rewrite := needsRewrite(sql, opts)
+	if !rewrite && !MayConcernTrellis(sql, opts.Schema) {
 		return nil
 	}
 	pieces := Split(sql)
@@ -101,6 +131,16 @@ func Classify(sql string, opts Options) *Plan {
 				u.Kind = ProxyCall
 				u.Call = call
 				local = true
+				if rewrite && call.ArgsSQL != "" {
+					if text, _, ok := Rewrite(call.ArgsSQL, opts); ok {
+						call.ArgsSQL = text
+					}
+				}
+			} else if rewrite {
+				if text, splices, ok := Rewrite(p.Text, opts); ok {
+					u.Text, u.Splices = text, splices
+					local = true
+				}
 			}
 		}
 		plan.Units = append(plan.Units, u)

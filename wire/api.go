@@ -21,6 +21,13 @@ type Route struct {
 	// Payload is opaque to wire and handed back to Execute (e.g. a parsed
 	// statement), so Classify's work is not repeated.
 	Payload any
+	// Rewrite, for a Parse, sends the statement upstream with this text
+	// instead of the client's (Local is then ignored): the prepared
+	// statement stays Postgres's, so Describe, Bind formats and the
+	// statement cache work as without the proxy. A simple Query goes by
+	// Local alone, so a rewriting interceptor answers it in Execute, where
+	// it can map error positions back to the client's text.
+	Rewrite string
 }
 
 // PassThroughRoute is the route of every statement the proxy does not answer.

@@ -49,6 +49,10 @@ type localMsg struct {
 	portal  *localPortal
 	objType byte // Describe/Close target
 	maxRows uint32
+	// rewritten is the whole frame to send upstream instead of a Parse
+	// the interceptor rewrote (Route.Rewrite); the statement stays
+	// upstream's.
+	rewritten []byte
 }
 
 // c2sBatch is the extended-protocol batch being collected (interception on).
@@ -334,8 +338,12 @@ func (s *session) clientToServer() {
 				s.flushBatch(&batch)
 				batch.forwarded = true
 			}
-			batch.raw = append(batch.raw, hdr[:]...)
-			batch.raw = append(batch.raw, body...)
+			if lm.rewritten != nil {
+				batch.raw = append(batch.raw, lm.rewritten...)
+			} else {
+				batch.raw = append(batch.raw, hdr[:]...)
+				batch.raw = append(batch.raw, body...)
+			}
 		case 'S', 'H':
 			// Their body is empty in a valid stream; keep whatever came, so
 			// upstream judges it exactly as it would directly.
@@ -439,11 +447,23 @@ func (s *session) classifyExtended(typ byte, body []byte, stmts map[string]*loca
 			return bad()
 		}
 		route := s.intercept.Classify(s.info, string(query))
-		if !route.Local {
+		if !route.Local || route.Rewrite != "" {
 			if len(stmts) > 0 {
 				delete(stmts, string(name))
 			}
-			return localMsg{}, false, nil
+			if route.Rewrite == "" {
+				return localMsg{}, false, nil
+			}
+			var p pgproto3.Parse
+			if p.Decode(body) != nil {
+				return bad()
+			}
+			p.Query = route.Rewrite
+			f, err := p.Encode(nil)
+			if err != nil {
+				return bad()
+			}
+			return localMsg{typ: 'P', rewritten: f}, false, nil
 		}
 		var p pgproto3.Parse
 		if p.Decode(body) != nil {

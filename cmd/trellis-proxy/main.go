@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		os.Exit(1)
 	}()
 
-	if err := proxy.Run(ctx, cfg, proxy.Options{Logger: log, Stdout: stdout}); err != nil {
+	if err := proxy.Run(ctx, cfg, proxy.Options{Logger: log, Stdout: stdout, Version: version}); err != nil {
 		var fe *proxy.FlagError
 		if errors.As(err, &fe) {
 			fmt.Fprintf(stderr, "error: %v\n", err)

@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -39,7 +41,14 @@ type Config struct {
 	// Migrate runs the catalog migration for trellis.migrate() and returns
 	// its one-line report.
 	Migrate func(ctx context.Context) (string, error)
-	Logger  *slog.Logger
+	// Relations returns the rows of trellis.config and
+	// trellis.proxy_workers (surface §11.1); nil leaves them to their
+	// catalog stubs.
+	Relations func(name string) *router.Relation
+	// CallBudget bounds each Trellis statement and proxy-answered call
+	// other than a wait (surface §13); 0 means none.
+	CallBudget time.Duration
+	Logger     *slog.Logger
 }
 
 // Interceptor implements wire.Interceptor and wire.Describer.
@@ -54,7 +63,8 @@ func New(cfg Config) *Interceptor {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Interceptor{cfg: cfg, router: router.Options{Schema: strings.ToLower(cfg.Schema)}, log: cfg.Logger}
+	opts := router.Options{Schema: strings.ToLower(cfg.Schema), CatalogName: cfg.Schema, Relations: cfg.Relations}
+	return &Interceptor{cfg: cfg, router: opts, log: cfg.Logger}
 }
 
 var (
@@ -70,14 +80,17 @@ func (i *Interceptor) Classify(s *wire.SessionInfo, sql string) wire.Route {
 	if plan == nil {
 		return wire.PassThroughRoute
 	}
-	kind := "passthrough"
+	kind := "relation" // only rewritten (surface §1.1, §11.1)
 	for k := range plan.Units {
 		if plan.Units[k].Kind != router.PassThrough {
 			kind = plan.Units[k].StatementName()
 			break
 		}
 	}
-	return wire.Route{Local: true, Kind: kind, Payload: plan}
+	// A rewritten Parse goes upstream as a Postgres prepared statement; a
+	// simple Query runs in Execute, which maps error positions back.
+	rewrite, _ := plan.Rewritten()
+	return wire.Route{Local: true, Kind: kind, Payload: plan, Rewrite: rewrite}
 }
 
 // Execute runs a classified query string at its barrier.
@@ -117,7 +130,13 @@ func (x *execution) run(ctx context.Context, plan *router.Plan) error {
 	}
 	for k := range plan.Units {
 		u := &plan.Units[k]
-		if err := x.unit(ctx, u); err != nil {
+		uctx, cancel := x.budget(ctx, u)
+		err := x.unit(uctx, u)
+		if err != nil && context.Cause(uctx) == errCallBudget {
+			err = x.budgetExceeded(u)
+		}
+		cancel()
+		if err != nil {
 			return x.fail(ctx, u, err)
 		}
 	}
@@ -128,6 +147,33 @@ func (x *execution) run(ctx context.Context, plan *router.Plan) error {
 		}
 	}
 	return nil
+}
+
+// errCallBudget is the cancel cause of a unit whose call budget ran out.
+var errCallBudget = errors.New("call budget exhausted")
+
+// budget bounds a Trellis statement or a proxy-answered call other than a
+// wait by the call budget (surface §13), pool waits included. When it runs
+// out, the statement in flight on the client's backend is cancelled as a
+// client's CancelRequest would cancel it, so the session's own, shorter
+// statement_timeout keeps working untouched and no round trip is spent
+// setting and restoring one.
+func (x *execution) budget(ctx context.Context, u *router.Unit) (context.Context, context.CancelFunc) {
+	b := x.i.cfg.CallBudget
+	if b <= 0 || u.Kind == router.PassThrough || (u.Kind == router.ProxyCall && isWait(u.Call.Func)) {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, b, errCallBudget)
+}
+
+func isWait(fn string) bool { return strings.HasPrefix(fn, "await_") || fn == "try_await_converged" }
+
+func (x *execution) budgetExceeded(u *router.Unit) error {
+	secs := strconv.FormatFloat(x.i.cfg.CallBudget.Seconds(), 'f', -1, 64)
+	return pgerr.Newf(pgerr.QueryCanceled, "Trellis call exceeded its %s s budget", secs).
+		WithClass("timeout", "CallBudgetExceeded").
+		WithDetail("%s ran out of time; nothing it did was kept", u.StatementName()).
+		WithHint("look for locks other sessions hold on the tables it touches (pg_locks), or raise --call-budget")
 }
 
 // needsWrap says whether an autocommit string needs the proxy's own
@@ -166,7 +212,10 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 	}
 	switch u.Kind {
 	case router.PassThrough:
-		return x.up.Forward(ctx, u.Text, x.w)
+		if u.CharOffset == 0 && len(u.Splices) == 0 {
+			return x.up.Forward(ctx, u.Text, x.w)
+		}
+		return x.up.Forward(ctx, u.Text, positionWriter{x.w, u})
 	case router.Statement:
 		// The session's settings first: in a LATIN1 session the parse error
 		// would blame bytes that are fine in the client's encoding.
@@ -270,4 +319,18 @@ func (x *execution) checkSessionSettings(u *router.Unit) error {
 		}
 	}
 	return nil
+}
+
+// positionWriter relays a forwarded piece's reply, moving the position of
+// its error from the piece (as rewritten) to the client's whole string, so
+// psql's caret lands under the mistake (surface §12.1).
+type positionWriter struct {
+	wire.ResultWriter
+	u *router.Unit
+}
+
+func (w positionWriter) Error(e *pgerr.Error) error {
+	c := *e
+	c.Position = w.u.MapPosition(e.Position)
+	return w.ResultWriter.Error(&c)
 }

@@ -203,6 +203,8 @@ type Options struct {
 	// RelayOnly runs the relay without the engine and its interceptor: no
 	// catalog, no workers (relay tests and benchmarks of the bare relay).
 	RelayOnly bool
+	// Version is the binary's version, shown by trellis.config.
+	Version string
 }
 
 // Info describes a running proxy.
@@ -261,10 +263,11 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	interceptor := opts.Interceptor
 	var side *trellisSide
 	if !opts.RelayOnly {
-		side, err = newTrellisSide(ctx, cfg, upURL, reg, instReg, log)
+		side, err = newTrellisSide(ctx, cfg, upURL, upCfg, reg, instReg, log)
 		if err != nil {
 			return err
 		}
+		side.relations.version = opts.Version
 		defer side.close()
 		if interceptor == nil {
 			interceptor = side.interceptor
@@ -336,6 +339,16 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 	info := Info{Addr: ln.Addr(), Server: srv, Cluster: cluster, UpstreamURL: upURL}
 	if hln != nil {
 		info.HTTPAddr = hln.Addr()
+	}
+	if side != nil {
+		httpAddr, dataDir := "", ""
+		if hln != nil {
+			httpAddr = hln.Addr().String()
+		}
+		if cluster != nil {
+			dataDir = cluster.DataDir
+		}
+		side.relations.serving(ln.Addr().String(), httpAddr, dataDir)
 	}
 	log.Info("listening", "listen", ln.Addr().String(), "tls", tlsCfg != nil)
 	if cluster != nil {
@@ -528,13 +541,13 @@ func openUpstream(ctx context.Context, cfg Config, upstreamTLS *tls.Config, log 
 // Migrate creates or upgrades the catalog and its SQL surface, as serve does
 // at start, and returns the one-line report (`trellis-proxy migrate`).
 func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (string, error) {
-	_, upURL, _, stop, err := openUpstream(ctx, cfg, nil, log)
+	upCfg, upURL, _, stop, err := openUpstream(ctx, cfg, nil, log)
 	if err != nil {
 		return "", err
 	}
 	defer stop()
 	cfg.Migrate = false // migrate once, below, and report it
-	side, err := newTrellisSide(ctx, cfg, upURL, prometheus.NewRegistry(), nil, log)
+	side, err := newTrellisSide(ctx, cfg, upURL, upCfg, prometheus.NewRegistry(), nil, log)
 	if err != nil {
 		return "", err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine"
 	"github.com/trellis-proxy/trellis-proxy/internal/intercept"
 	"github.com/trellis-proxy/trellis-proxy/virtualtables"
+	"github.com/trellis-proxy/trellis-proxy/wire"
 )
 
 // trellisSide is what a proxy runs besides the relay: the workers' pool, the
@@ -30,13 +31,14 @@ type trellisSide struct {
 	database    string
 	schema      string
 	poller      *catalogPoller
+	relations   *relations
 }
 
 // newTrellisSide connects the workers' pool with the upstream URL's
 // credentials (the workers' role, surface §2.3) and migrates the catalog
 // unless told not to. With instReg (the registry wrapped with the instance
 // label) it registers the engine's metrics there.
-func newTrellisSide(ctx context.Context, cfg Config, upURL string, reg *prometheus.Registry, instReg prometheus.Registerer, log *slog.Logger) (*trellisSide, error) {
+func newTrellisSide(ctx context.Context, cfg Config, upURL string, up wire.UpstreamConfig, reg *prometheus.Registry, instReg prometheus.Registerer, log *slog.Logger) (*trellisSide, error) {
 	pc, err := pgxpool.ParseConfig(upURL)
 	if err != nil {
 		return nil, &FlagError{"upstream", redact(err.Error())}
@@ -90,9 +92,12 @@ func newTrellisSide(ctx context.Context, cfg Config, upURL string, reg *promethe
 		instReg.MustRegister(t.poller)
 		instReg.MustRegister(poolCollector{pool})
 	}
+	cfg.ProcessID = processID
+	t.relations = newRelations(cfg, e, t.database, up, "")
 	t.interceptor = intercept.New(intercept.Config{
 		Engine: e, Schema: cfg.Schema, Database: t.database, Logger: log, Migrate: migrate,
 		MetricsText: func() string { return metricsText(reg) },
+		Relations:   t.relations.rows, CallBudget: cfg.CallBudget,
 	})
 	return t, nil
 }

@@ -1,0 +1,296 @@
+package router
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Relation is a relation the proxy answers itself (surface §11.1): its typed
+// columns and current rows. A statement reading it in a FROM clause gets the
+// rows spliced in as a typed list, and Postgres evaluates the rest (WHERE,
+// joins, ORDER BY) as usual.
+type Relation struct {
+	Columns []Column
+	Rows    [][]*string // text values; nil is NULL
+}
+
+// Column is one column of a Relation: its name and SQL type.
+type Column struct{ Name, Type string }
+
+// ProxyRelations are the relations answered by the proxy (surface §4).
+var ProxyRelations = map[string]bool{"config": true, "proxy_workers": true}
+
+// Splice is one replacement made in a statement's text, in bytes of the
+// original text and in characters of both, so error positions Postgres
+// reports against the rewritten text can be mapped back.
+type Splice struct {
+	Start, End int    // byte range replaced in the original text
+	With       string // replacement
+	// character offsets: where the splice starts, and the character
+	// lengths of the replaced and the replacing text
+	CharStart, CharOld, CharNew int
+}
+
+// needsRewrite is the byte-level prefilter of the rewrite (D5): only a
+// statement that mentions the alias (for a non-default catalog) or names a
+// proxy-answered relation next to the catalog is parsed.
+func needsRewrite(sql string, opts Options) bool {
+	if opts.Relations == nil && (opts.Schema == "" || opts.Schema == "trellis") {
+		return false
+	}
+	mentionsAlias := containsFold(sql, "trellis")
+	if opts.Schema != "" && opts.Schema != "trellis" && mentionsAlias {
+		return true
+	}
+	if opts.Relations == nil || !(mentionsAlias || (opts.Schema != "" && containsFold(sql, opts.Schema))) {
+		return false
+	}
+	return containsFold(sql, "config") || containsFold(sql, "proxy_workers")
+}
+
+// Rewrite returns text with the trellis. alias pointed at the catalog
+// schema and proxy-answered relations replaced by their rows, or ok false
+// when nothing changes (or the text does not parse: Postgres then reports
+// the error against the client's own text).
+func Rewrite(text string, opts Options) (string, []Splice, bool) {
+	tree, err := pg_query.Parse(text)
+	if err != nil {
+		return "", nil, false
+	}
+	r := rewriter{text: text, opts: opts}
+	for _, st := range tree.Stmts {
+		r.walk(st.ProtoReflect(), false)
+	}
+	if len(r.splices) == 0 {
+		return "", nil, false
+	}
+	// Locations come in tree order; splice in text order.
+	sortSplices(r.splices)
+	var b strings.Builder
+	at, chars := 0, 0
+	out := r.splices[:0]
+	for _, s := range r.splices {
+		if s.Start < at {
+			continue // nested in an earlier replacement
+		}
+		b.WriteString(text[at:s.Start])
+		chars += utf8.RuneCountInString(text[at:s.Start])
+		s.CharStart = chars
+		s.CharOld = utf8.RuneCountInString(text[s.Start:s.End])
+		s.CharNew = utf8.RuneCountInString(s.With)
+		chars += s.CharOld
+		b.WriteString(s.With)
+		at = s.End
+		out = append(out, s)
+	}
+	b.WriteString(text[at:])
+	return b.String(), out, true
+}
+
+// MapPosition maps a 1-based character position in the rewritten text back
+// to the original: a position inside a replacement points at its start.
+func MapPosition(pos int, splices []Splice) int {
+	shift := 0
+	for _, s := range splices {
+		start := s.CharStart + shift // in the rewritten text, 0-based
+		switch {
+		case pos-1 < start:
+			return pos - shift
+		case pos-1 < start+s.CharNew:
+			return s.CharStart + 1
+		}
+		shift += s.CharNew - s.CharOld
+	}
+	return pos - shift
+}
+
+func sortSplices(s []Splice) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].Start < s[j-1].Start; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+type rewriter struct {
+	text    string
+	opts    Options
+	splices []Splice
+}
+
+// walk visits every node; inFrom is true below a FROM (or USING) list,
+// where a relation may be replaced by rows.
+func (r *rewriter) walk(m protoreflect.Message, inFrom bool) {
+	switch n := m.Interface().(type) {
+	case *pg_query.SelectStmt:
+		inFrom = false
+	case *pg_query.RangeVar:
+		r.rangeVar(n, inFrom)
+		return
+	case *pg_query.FuncCall:
+		r.qualified(n.Funcname, int(n.Location))
+	case *pg_query.TypeName:
+		r.qualified(n.Names, int(n.Location))
+	case *pg_query.ColumnRef:
+		if len(n.Fields) >= 3 { // schema.table.column
+			r.qualified(n.Fields, int(n.Location))
+		}
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		from := inFrom || fd.Name() == "from_clause" || fd.Name() == "using_clause"
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				r.walk(l.Get(i).Message(), from)
+			}
+		case fd.Message() != nil && !fd.IsMap():
+			r.walk(v.Message(), from)
+		}
+		return true
+	})
+}
+
+// isAlias reports whether a parsed schema name is the alias "trellis" or
+// the catalog itself.
+func (r *rewriter) isCatalog(schema string) bool {
+	return schema == "trellis" || (r.opts.CatalogName != "" && schema == r.opts.CatalogName)
+}
+
+func (r *rewriter) rangeVar(n *pg_query.RangeVar, inFrom bool) {
+	if n.Catalogname != "" || !r.isCatalog(n.Schemaname) {
+		return
+	}
+	loc := int(n.Location)
+	if inFrom && ProxyRelations[n.Relname] && r.opts.Relations != nil {
+		if rel := r.opts.Relations(n.Relname); rel != nil {
+			end, ok := r.nameEnd(loc, 2)
+			if !ok {
+				return
+			}
+			with := "(" + valuesSQL(rel) + ")"
+			if n.Alias == nil {
+				with += " AS " + quoteIdent(n.Relname)
+			}
+			r.splices = append(r.splices, Splice{Start: loc, End: end, With: with})
+			return
+		}
+	}
+	r.alias(n.Schemaname, loc)
+}
+
+// qualified rewrites the schema part of a name list starting at loc.
+func (r *rewriter) qualified(names []*pg_query.Node, loc int) {
+	if len(names) < 2 || loc < 0 {
+		return
+	}
+	if s := names[0].GetString_(); s != nil {
+		r.alias(s.Sval, loc)
+	}
+}
+
+// alias points "trellis" at the catalog schema, when they differ.
+func (r *rewriter) alias(schema string, loc int) {
+	if schema != "trellis" || r.opts.CatalogName == "" || r.opts.CatalogName == "trellis" || loc < 0 {
+		return
+	}
+	end, ok := r.nameEnd(loc, 1)
+	if !ok {
+		return
+	}
+	r.splices = append(r.splices, Splice{Start: loc, End: end, With: quoteIdent(r.opts.CatalogName)})
+}
+
+// nameEnd returns the byte offset after the parts-th part of a dotted name
+// starting at loc, or false when the text there is not such a name.
+func (r *rewriter) nameEnd(loc, parts int) (int, bool) {
+	s := r.text
+	i := loc
+	for p := 0; p < parts; p++ {
+		if p > 0 {
+			i = skipSpaceAndComments(s, i)
+			if i >= len(s) || s[i] != '.' {
+				return 0, false
+			}
+			i = skipSpaceAndComments(s, i+1)
+		}
+		switch {
+		case i < len(s) && s[i] == '"':
+			j := i + 1
+			for {
+				k := strings.IndexByte(s[j:], '"')
+				if k < 0 {
+					return 0, false
+				}
+				j += k + 1
+				if j < len(s) && s[j] == '"' {
+					j++
+					continue
+				}
+				break
+			}
+			i = j
+		default:
+			j := i
+			for j < len(s) && (isIdentByte(s[j]) || s[j] >= 0x80) {
+				j++
+			}
+			if j == i {
+				return 0, false
+			}
+			i = j
+		}
+	}
+	return i, true
+}
+
+// valuesSQL renders a relation's rows as a typed subquery. Values are
+// quoted as E'' literals, which read the same whatever
+// standard_conforming_strings says.
+func valuesSQL(rel *Relation) string {
+	var b strings.Builder
+	row := func(vals []*string) {
+		b.WriteString("SELECT ")
+		for k, c := range rel.Columns {
+			if k > 0 {
+				b.WriteString(", ")
+			}
+			var v *string
+			if k < len(vals) {
+				v = vals[k]
+			}
+			if v == nil {
+				b.WriteString("NULL")
+			} else {
+				b.WriteString(quoteLiteral(*v))
+			}
+			b.WriteString("::")
+			b.WriteString(c.Type)
+			b.WriteString(" AS ")
+			b.WriteString(quoteIdent(c.Name))
+		}
+	}
+	if len(rel.Rows) == 0 {
+		row(nil)
+		b.WriteString(" WHERE false")
+		return b.String()
+	}
+	for k, vals := range rel.Rows {
+		if k > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		row(vals)
+	}
+	return b.String()
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func quoteLiteral(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	return "E'" + strings.ReplaceAll(s, `'`, `''`) + "'"
+}
