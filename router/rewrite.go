@@ -249,7 +249,7 @@ func (r *rewriter) nameEnd(loc, parts int) (int, bool) {
 }
 
 // valuesSQL renders a relation's rows as a typed subquery. Values are
-// quoted as E'' literals, which read the same whatever
+// quoted as E'...' literals, which read the same whatever
 // standard_conforming_strings says.
 func valuesSQL(rel *Relation) string {
 	var b strings.Builder
