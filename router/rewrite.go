@@ -35,21 +35,103 @@ type Splice struct {
 }
 
 // needsRewrite is the byte-level prefilter of the rewrite (D5): only a
-// statement that mentions the alias (for a non-default catalog) or names a
-// proxy-answered relation next to the catalog is parsed.
+// statement with a dotted name whose schema part is the alias (under a
+// non-default catalog) or the catalog followed by a proxy-answered
+// relation is parsed. It visits only the dots of the text, with the
+// vectorized IndexByte, and the words on either side of each. A comment
+// between a schema name and its dot (trellis/**/.status) is not seen; such
+// a name reaches Postgres as written.
 func needsRewrite(sql string, opts Options) bool {
-	if opts.Relations == nil && (opts.Schema == "" || opts.Schema == "trellis") {
+	aliasing := opts.CatalogName != "" && opts.CatalogName != "trellis"
+	if !aliasing && opts.Relations == nil {
 		return false
 	}
-	mentionsAlias := containsFold(sql, "trellis")
-	if opts.Schema != "" && opts.Schema != "trellis" && mentionsAlias {
-		return true
+	for i := 0; ; {
+		k := strings.IndexByte(sql[i:], '.')
+		if k < 0 {
+			return false
+		}
+		dot := i + k
+		i = dot + 1
+		word, quoted := wordBefore(sql, dot)
+		alias := nameIs(word, quoted, "trellis")
+		if !alias && !nameIs(word, quoted, opts.CatalogName) {
+			continue
+		}
+		if alias && aliasing {
+			return true
+		}
+		if opts.Relations != nil {
+			after, quoted := wordAfter(sql, dot+1)
+			for rel := range ProxyRelations {
+				if nameIs(after, quoted, rel) {
+					return true
+				}
+			}
+		}
 	}
-	if opts.Relations == nil || !(mentionsAlias || (opts.Schema != "" && containsFold(sql, opts.Schema))) {
-		return false
-	}
-	return containsFold(sql, "config") || containsFold(sql, "proxy_workers")
 }
+
+// nameIs compares a name as written with a stored one: a quoted name
+// exactly, a bare one folded to lower case as Postgres folds it.
+func nameIs(word string, quoted bool, name string) bool {
+	if name == "" || len(word) != len(name) {
+		return false
+	}
+	if quoted {
+		return word == name
+	}
+	for k := 0; k < len(word); k++ {
+		c := word[k]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// wordBefore returns the identifier ending just before s[end] (spaces
+// allowed between), without its quotes.
+func wordBefore(s string, end int) (string, bool) {
+	j := end - 1
+	for j >= 0 && isSpace(s[j]) {
+		j--
+	}
+	if j >= 0 && s[j] == '"' {
+		open := strings.LastIndexByte(s[:j], '"')
+		if open < 0 {
+			return "", false
+		}
+		return s[open+1 : j], true
+	}
+	k := j
+	for k >= 0 && isIdentByte(s[k]) {
+		k--
+	}
+	return s[k+1 : j+1], false
+}
+
+// wordAfter returns the identifier starting at s[start] (spaces allowed
+// before), without its quotes.
+func wordAfter(s string, start int) (string, bool) {
+	i := start
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	if i < len(s) && s[i] == '"' {
+		close := strings.IndexByte(s[i+1:], '"')
+		if close < 0 {
+			return "", false
+		}
+		return s[i+1 : i+1+close], true
+	}
+	return leadingWordAt(s, i), false
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
 
 // Rewrite returns text with the trellis. alias pointed at the catalog
 // schema and proxy-answered relations replaced by their rows, or ok false

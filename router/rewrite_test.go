@@ -112,3 +112,26 @@ func TestRewritePositionsMapBack(t *testing.T) {
 		t.Errorf("Rewritten() = %q %v", s, ok)
 	}
 }
+
+// The cost routing adds to ordinary SQL with the relations on, as the
+// proxy runs: the prefilters of D5 and nothing else.
+func BenchmarkClassifyOrdinary(b *testing.B) {
+	rel := func(string) *Relation { return nil }
+	for _, c := range []struct {
+		name, sql string
+		opts      Options
+	}{
+		{"pgbench", "SELECT abalance FROM pgbench_accounts WHERE aid = $1;", Options{Schema: "trellis", CatalogName: "trellis", Relations: rel}},
+		{"orm-10KB", ormQuery(), Options{Schema: "trellis", CatalogName: "trellis", Relations: rel}},
+		{"orm-10KB-tenant", ormQuery(), Options{Schema: "tenant_a", CatalogName: "tenant_a", Relations: rel}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.sql)))
+			for b.Loop() {
+				if Classify(c.sql, c.opts) != nil {
+					b.Fatal("ordinary SQL classified")
+				}
+			}
+		})
+	}
+}

@@ -72,6 +72,9 @@ type config struct {
 	Sampling    float64
 	NoProxy     bool
 	NoBouncer   bool
+	// RelayBaseline puts a second proxy, started with --routing=false, in
+	// PgBouncer's place: the routing cost is then the proxy/pgb ratio.
+	RelayBaseline bool
 	Markdown    bool
 }
 
@@ -114,6 +117,7 @@ func run() int {
 	fs.BoolVar(&cfg.NoProxy, "no-proxy", false, "leave the proxy out (baselines only)")
 	fs.BoolVar(&cfg.Markdown, "markdown", false, "print the result tables as Markdown (for docs/benchmarks.md)")
 	fs.BoolVar(&cfg.NoBouncer, "no-pgbouncer", false, "leave PgBouncer out")
+	fs.BoolVar(&cfg.RelayBaseline, "relay-baseline", false, "in PgBouncer's column, measure a second proxy started with --routing=false (the relay without routing): proxy/pgb is then the cost of routing")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: trellis-bench [flags] SCENARIO...\n\nscenarios:\n")
 		for _, s := range scenarios {

@@ -211,7 +211,7 @@ func (p *passthrough) tableDigest(ctx context.Context, table string) (string, er
 func (p *passthrough) startTargets(ctx context.Context) error {
 	cfg := p.b.cfg
 	switch {
-	case cfg.NoBouncer:
+	case cfg.NoBouncer || cfg.RelayBaseline:
 	case cfg.BouncerDSN != "":
 		p.dsn[pathBouncer] = cfg.BouncerDSN
 	default:
@@ -256,6 +256,13 @@ func (p *passthrough) startTargets(ctx context.Context) error {
 			return err
 		}
 		p.procs[pathProxy], p.dsn[pathProxy] = pr, pr.DSN()
+		if cfg.RelayBaseline {
+			if pr, err = p.startRelay(ctx); err != nil {
+				return err
+			}
+			p.procs[pathBouncer], p.dsn[pathBouncer] = pr, pr.DSN()
+			fmt.Fprintf(os.Stderr, "NOTE: -relay-baseline: the pgbouncer column is the proxy with --routing=false\n")
+		}
 		if out, err := exec.Command(p.b.cfg.ProxyBin, "version").Output(); err == nil {
 			p.b.out.env["proxy_version"] = strings.TrimSpace(string(out))
 		}
@@ -274,6 +281,13 @@ func (p *passthrough) startProxy(ctx context.Context) (*process, error) {
 	return startProxy(ctx, proxyOptions{Bin: p.b.cfg.ProxyBin, Upstream: p.upURL, Dir: p.base, ExtraArgs: p.proxyArg})
 }
 
+// startRelay starts the proxy with routing off: same binary, same engine,
+// every statement relayed untouched (-relay-baseline).
+func (p *passthrough) startRelay(ctx context.Context) (*process, error) {
+	args := append(append([]string(nil), p.proxyArg...), "--routing=false", "--staging=off")
+	return startProxy(ctx, proxyOptions{Bin: p.b.cfg.ProxyBin, Upstream: p.upURL, Dir: p.base, ExtraArgs: args})
+}
+
 // target returns the DSN and the pid (0 when not ours) for a path,
 // restarting a started process that died so that one crash does not void
 // the rest of the run (the crash is still reported by the failed run).
@@ -285,9 +299,12 @@ func (p *passthrough) target(ctx context.Context, path string) (string, int, err
 	if err := pr.alive(); err != nil {
 		fmt.Fprintf(os.Stderr, "  %v; restarting it\n", err)
 		var np *process
-		if path == pathProxy {
+		switch {
+		case path == pathProxy:
 			np, err = p.startProxy(ctx)
-		} else {
+		case p.b.cfg.RelayBaseline:
+			np, err = p.startRelay(ctx)
+		default:
 			np, err = p.startBouncer(ctx, "pgbouncer-restarted", 100)
 		}
 		if err != nil {
@@ -567,7 +584,7 @@ func (p *passthrough) idleMemory(ctx context.Context) []idleResult {
 	if p.procs[pathProxy] != nil {
 		todo = append(todo, starter{pathProxy, func() (*process, error) { return p.startProxy(ctx) }})
 	}
-	if p.procs[pathBouncer] != nil {
+	if p.procs[pathBouncer] != nil && !cfg.RelayBaseline {
 		todo = append(todo, starter{pathBouncer, func() (*process, error) {
 			return p.startBouncer(ctx, "pgbouncer-idle", cfg.IdleConns+10)
 		}})

@@ -147,6 +147,8 @@ func newFlagSet(cfg *proxy.Config) (*flag.FlagSet, map[string]string) {
 	dur(&cfg.Heartbeat, "heartbeat", "workers' heartbeat interval (0: 10s)")
 	dur(&cfg.WorkerTTL, "worker-ttl", "a worker silent this long counts as dead (0: 30s)")
 	dur(&cfg.TakeoverInterval, "takeover-interval", "standbys retry the staging lock this often (0: 2s)")
+	fs.BoolVar(&cfg.Routing, "routing", cfg.Routing, "route statements through the Trellis router; false relays everything untouched (the passthrough benchmark's baseline)")
+	groups["routing"] = "bench"
 	groups["u"] = "proxy"
 	return fs, groups
 }
@@ -205,7 +207,7 @@ Client commands connect to -d/--database-url or TRELLIS_DATABASE_URL
 `, defaultDatabaseURL)
 	fmt.Fprintf(w, "Every flag can also be set by TRELLIS_<FLAG> (upper case, - as _).\n")
 	// One heading per group, each flag as flag.PrintDefaults prints it.
-	for _, g := range []struct{ name, title string }{{"proxy", "Proxy"}, {"engine", "Engine"}, {"embedded", "Embedded cluster"}, {"tuning", "Engine tuning (D17)"}} {
+	for _, g := range []struct{ name, title string }{{"proxy", "Proxy"}, {"engine", "Engine"}, {"embedded", "Embedded cluster"}, {"tuning", "Engine tuning (D17)"}, {"bench", "Benchmarks only"}} {
 		fmt.Fprintf(w, "\n%s flags:\n", g.title)
 		one := flag.NewFlagSet("", flag.ContinueOnError)
 		fs.VisitAll(func(f *flag.Flag) {

@@ -67,6 +67,13 @@ type Config struct {
 	WorkerTTL        time.Duration // a silent worker counts as dead (30s)
 	TakeoverInterval time.Duration // standbys retry the staging lock (2s)
 
+	// Routing sends client statements through the Trellis router (the
+	// default). Off, the proxy relays every statement untouched while its
+	// engine still runs: the baseline of the passthrough benchmark
+	// (--routing=false, for benchmarks only: Trellis statements then reach
+	// Postgres, which reports syntax errors).
+	Routing bool
+
 	// MetricsInterval is how often the engine gauges are read from the
 	// catalog (surface §13: 300ms); not a flag.
 	MetricsInterval time.Duration
@@ -80,7 +87,7 @@ func Default() Config {
 	return Config{
 		Listen: "127.0.0.1:6432", LogLevel: "info", LogFormat: "text",
 		ShutdownGrace: 30 * time.Second, AuthTimeout: 60 * time.Second,
-		Schema: "trellis", TargetSchema: "public", Staging: "auto", DrainWorkers: 2, Migrate: true,
+		Schema: "trellis", TargetSchema: "public", Staging: "auto", DrainWorkers: 2, Migrate: true, Routing: true,
 		PoolMaxSize: 20, PoolWaitTimeout: 30 * time.Second, CallBudget: 30 * time.Second, LockTimeout: 30 * time.Second,
 	}
 }
@@ -269,7 +276,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		}
 		side.relations.version = opts.Version
 		defer side.close()
-		if interceptor == nil {
+		if interceptor == nil && cfg.Routing {
 			interceptor = side.interceptor
 		}
 	}
