@@ -131,7 +131,9 @@ func wordAfter(s string, start int) (string, bool) {
 	return leadingWordAt(s, i), false
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // Rewrite returns text with the trellis. alias pointed at the catalog
 // schema and proxy-answered relations replaced by their rows, or ok false

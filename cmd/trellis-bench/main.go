@@ -75,7 +75,7 @@ type config struct {
 	// RelayBaseline puts a second proxy, started with --routing=false, in
 	// PgBouncer's place: the routing cost is then the proxy/pgb ratio.
 	RelayBaseline bool
-	Markdown    bool
+	Markdown      bool
 }
 
 // bench is what a scenario gets: the configuration and the output.
