@@ -193,10 +193,10 @@ func TestClientEncodings(t *testing.T) {
 }
 
 // A client that disconnects while the proxy executes its statement (the
-// statement waits on a lock): in the client's own block the backend's
-// transaction dies with the session, so nothing is applied; in autocommit
-// the statement ends as Postgres would end it (applied whole or not at
-// all), never half.
+// statement waits on a lock) cancels it: in the client's own block the
+// backend's transaction dies with the session; in autocommit the proxy's
+// own transaction rolls back (or, had the statement finished first, it is
+// applied whole). Never half.
 func TestClientDisconnectsDuringStatement(t *testing.T) {
 	h := startTrellis(t)
 	ctx := context.Background()
@@ -255,6 +255,43 @@ func TestClientDisconnectsDuringStatement(t *testing.T) {
 		}
 		t.Logf("%s: after the disconnect definitions=%d table=%v", target, defs, table)
 	}
+	// A client that leaves during a proxy wait ends the wait: its backend
+	// goes within seconds, not when the ten-minute timeout would expire.
+	mustExec(t, c, `TRANSFORM dc_wait FROM s SELECT a AS b`)
+	var live string
+	if err := c.QueryRow(ctx, `SELECT trellis.await_live('dc_wait', 60000)`).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	if _, err := hold.Exec(ctx, `LOCK TABLE dc_wait IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, `INSERT INTO s VALUES (1000, 1)`)
+	var token string
+	if err := c.QueryRow(ctx, `SELECT trellis.watermark_token()`).Scan(&token); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, h.Addr)
+	r.sendMsgs(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters: map[string]string{"user": "postgres", "database": h.db, "application_name": "waiter"}})
+	r.untilZ()
+	r.sendMsgs(&pgproto3.Query{String: "SELECT trellis.await_converged('" + token + "', 600000)"})
+	time.Sleep(500 * time.Millisecond)
+	var waiters int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'waiter'`).Scan(&waiters); err != nil || waiters != 1 {
+		t.Fatalf("the waiting session's backend: %d %v", waiters, err)
+	}
+	r.conn.Close()
+	eventually(t, 15*time.Second, "the waiter's backend to end after it left", func() bool {
+		h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'waiter'`).Scan(&waiters)
+		return waiters == 0
+	})
+	hold.Rollback(ctx)
+
 	// The proxy still serves, and the name is free or taken consistently.
 	h.stillServing(t)
 	if _, err := c.Exec(ctx, `TRANSFORM dc_block FROM s SELECT a * 3 AS b`); err != nil {

@@ -79,7 +79,9 @@
 //     client transaction failed, make the upstream fail too (e.g. run a
 //     statement that raises), since TxStatus is never invented;
 //   - ctx is cancelled by the client's CancelRequest (cause
-//     ErrQueryCanceled, 57014), which also cancels a query the unit waits on.
+//     ErrQueryCanceled, 57014), which also cancels a query the unit waits on,
+//     and when the client disconnects while the unit is queued or runs (the
+//     client→server pump, idle meanwhile, watches the socket).
 //
 // In the extended protocol, a batch up to Sync made only of intercepted
 // statements (named or unnamed, prepared in one batch and executed in

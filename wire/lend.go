@@ -27,6 +27,9 @@ func (s *session) runUnit(u *localUnit) error {
 	ctx, cancel := context.WithCancelCause(s.ctx)
 	s.mu.Lock()
 	s.unitCancel = cancel
+	if s.leftMidUnit {
+		cancel(errClientLeft)
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

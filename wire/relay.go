@@ -569,6 +569,32 @@ func (s *session) runLocal(u *localUnit) bool {
 	}
 	u.done = make(chan struct{})
 	s.enqueueUnit(u)
+	// While the unit runs, this pump has nothing to read, so it watches the
+	// client socket: a client that disconnects cancels the unit (a wait
+	// would otherwise run to its timeout for nobody). What a pipelining
+	// client sends meanwhile stays buffered for the loop.
+	watch := make(chan error, 1)
+	go func() {
+		_, err := s.cr.Peek(1)
+		watch <- err
+	}()
+	stopWatching := func() {
+		s.client.SetReadDeadline(time.Unix(1, 0))
+		<-watch
+		s.client.SetReadDeadline(time.Time{})
+	}
+	select {
+	case <-u.done:
+		stopWatching()
+		return true
+	case err := <-watch:
+		if err != nil && !isTimeout(err) {
+			s.clientLeft()
+		}
+	case <-s.ctx.Done():
+		stopWatching()
+		return false
+	}
 	select {
 	case <-u.done:
 		return true

@@ -45,6 +45,9 @@ type session struct {
 	plan       []*planEntry
 	shutdown   int // 0 none, 1 graceful, 2 forced
 	unitCancel context.CancelCauseFunc
+	// leftMidUnit is set when the client left while a local unit was
+	// queued or running: the unit is (or starts) cancelled.
+	leftMidUnit bool
 
 	intercept   Interceptor // nil: pure pass-through
 	clientGone  atomic.Bool
@@ -164,6 +167,19 @@ func (s *session) cancelLocal() bool {
 	}
 	s.unitCancel(ErrQueryCanceled)
 	return true
+}
+
+// errClientLeft cancels a local unit whose client disconnected.
+var errClientLeft = pgerr.New(pgerr.QueryCanceled, "canceling statement because the client disconnected")
+
+// clientLeft cancels the running local unit, or the next one to start.
+func (s *session) clientLeft() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leftMidUnit = true
+	if s.unitCancel != nil {
+		s.unitCancel(errClientLeft)
+	}
 }
 
 // writeDirect writes a FATAL before the buffered writers exist.
