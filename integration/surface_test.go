@@ -181,6 +181,12 @@ func TestNonDefaultSchemaThroughAlias(t *testing.T) {
 	if pe := pgErrOf(t, err); pe.Code != "42703" || int(pe.Position) != strings.Index(q, "nope")+1 {
 		t.Fatalf("%s: %s at %d", q, pe.Code, pe.Position)
 	}
+	// COPY out of a rewritten query streams as usual.
+	var buf strings.Builder
+	if _, err := simple.PgConn().CopyTo(ctx, &buf, `COPY (SELECT target, status FROM trellis.status) TO STDOUT`); err != nil ||
+		buf.String() != "order_totals\tlive\n" {
+		t.Fatalf("COPY of trellis.status: %q %v", buf.String(), err)
+	}
 	// proxy-answered relations under the alias.
 	var schema string
 	if err := c.QueryRow(ctx, `SELECT schema FROM trellis.config`).Scan(&schema); err != nil || schema != "tenant_a" {

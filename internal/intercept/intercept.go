@@ -212,7 +212,9 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 	}
 	switch u.Kind {
 	case router.PassThrough:
-		if u.CharOffset == 0 && len(u.Splices) == 0 {
+		// COPY TO STDOUT streams frames only the raw relay passes on (its
+		// error positions then stay the piece's own).
+		if (u.CharOffset == 0 && len(u.Splices) == 0) || strings.EqualFold(router.LeadingWord(u.Text), "copy") {
 			return x.up.Forward(ctx, u.Text, x.w)
 		}
 		return x.up.Forward(ctx, u.Text, positionWriter{x.w, u})
