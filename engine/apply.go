@@ -29,6 +29,12 @@ type compiledDef struct {
 	// groupValue is each aggregate field's value for target row "t2",
 	// from its accumulators or the ledger (refreshSQL).
 	groupValue map[string]string
+	// A fresh build's chunk (§12.8, build.go freshChunk) is freshHead, the
+	// range's WHERE over the source, then freshTail: one set-based
+	// statement writing the range's target rows (1-1) or its ledger entries
+	// and their group increments (aggregates, RETURNING the touched groups'
+	// ctids), skipping keys a page already wrote.
+	freshHead, freshTail string
 }
 
 // refreshSQL rewrites the given aggregate fields of every group from what
@@ -137,6 +143,9 @@ up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FR
        WHERE ` + changed + ` RETURNING 1),
 del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
 DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
+		cd.freshHead = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM (SELECT ` + liveCols + ` FROM ` + src
+		cd.freshTail = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.target() + ` x WHERE ` +
+			joinf(nk, func(i int) string { return "x." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ") + `)`
 		return
 	}
 
@@ -292,6 +301,22 @@ moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN up
           UNION ALL
           SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM want w JOIN upd USING (k) WHERE w.member),
 d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `)
+INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
+SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
+ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
+RETURNING t.ctid`
+	lcols := "k, member, " + gs("")
+	for i := range c.Args {
+		lcols += ", a" + itoa(i)
+	}
+	lcols += sks("")
+	cd.freshHead = `WITH live AS (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
+	cd.freshTail = `),
+ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `)
+        SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM live
+        WHERE NOT EXISTS (SELECT 1 FROM ` + c.ledger() + ` e WHERE e.k = live.k) ORDER BY k COLLATE "C"
+        RETURNING ` + gs("") + as("") + `),
+d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + ` FROM ins) moves GROUP BY ` + gs("") + `)
 INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
 SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
 ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
@@ -65,8 +67,9 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	// Fence against pause/drop/alter, like a page.
 	var version int64
 	var raw []byte
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled FROM %s WHERE id = $1 AND build_id = $2
-		AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw)
+	var fresh bool
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled, coalesce(status_detail ->> 'fresh_build' = build_id::text, false)
+		FROM %s WHERE id = $1 AND build_id = $2 AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // superseded; the task row dies with its build
 	}
@@ -89,7 +92,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return e.refreshStep(ctx, tx, taskID, cd)
 	}
 	if kind == "plan" {
-		n, err := e.plan(ctx, tx, cd, build)
+		n, err := e.plan(ctx, tx, cd, build, fresh)
 		if err != nil {
 			return err
 		}
@@ -106,19 +109,28 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return err
 	}
 	where, args := e.rangeWhere(c, lo, hi, 1)
-	rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.source()+" AS "+
-		ident(SourceAlias)+where, args...)
-	if err != nil {
-		return err
+	done := int64(-1)
+	if fresh {
+		if done, err = e.freshChunk(ctx, tx, cd, where, args); err != nil {
+			return err
+		}
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
+	if done < 0 {
+		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.source()+" AS "+
+			ident(SourceAlias)+where, args...)
+		if err != nil {
+			return err
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if err := e.applyChunk(ctx, tx, cd, keys); err != nil {
+			return err
+		}
+		done = int64(len(keys))
 	}
-	if err := e.applyChunk(ctx, tx, cd, keys); err != nil {
-		return err
-	}
-	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, len(keys))
+	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, done)
 	if err != nil {
 		return err
 	}
@@ -161,8 +173,19 @@ func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []a
 
 // plan walks the source key and records chunk tasks (lo, hi]; it stops at
 // the current maximum: later rows are captured.
-func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64) (int64, error) {
+func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh bool) (int64, error) {
 	c := cd.c
+	size := e.cfg.BuildChunkSize
+	if fresh {
+		// One set-based statement per chunk: bigger chunks, fewer
+		// transactions (a page of this definition waits for one chunk).
+		size = e.cfg.FreshChunkSize
+		if c.Spec.IsAggregate() {
+			// Aggregate chunks run one at a time and upsert every group
+			// they touch: bigger chunks upsert each group fewer times.
+			size *= 4
+		}
+	}
 	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) VALUES ($1, $2, 'chunk', $3, $4)", e.tbl("_build_tasks"))
 	if c.KeyNullable {
 		var n int64
@@ -174,29 +197,41 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 	}
 	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
 	orderW := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " DESC" }, ", ")
+	from := " FROM " + c.source() + " AS " + ident(SourceAlias)
+	key := keySQL(ident(SourceAlias), c.Key, false)
 	var total int64
 	var lo *string
 	for {
+		// The key size rows on: one walk of the key's index, nothing kept.
 		where, args := e.rangeWhere(c, lo, nil, 2)
-		q := "WITH w AS (SELECT " + order + " FROM " + c.source() + " AS " + ident(SourceAlias) + where +
-			" ORDER BY " + order + " LIMIT $1) SELECT (SELECT " + keySQL(ident(SourceAlias), c.Key, false) +
-			" FROM w AS " + ident(SourceAlias) + " ORDER BY " + orderW + " LIMIT 1), (SELECT count(*) FROM w)"
 		var hi *string
+		err := tx.QueryRow(ctx, "SELECT "+key+from+where+" ORDER BY "+order+" OFFSET $1 LIMIT 1",
+			append([]any{size - 1}, args...)...).Scan(&hi)
+		if err == nil {
+			if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
+				return 0, err
+			}
+			total += int64(size)
+			lo = hi
+			continue
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, err
+		}
+		// Fewer than size rows left: the last chunk ends at the current
+		// maximum (rows inserted later are captured).
+		where, args = e.rangeWhere(c, lo, nil, 1)
 		var n int64
-		if err := tx.QueryRow(ctx, q, append([]any{e.cfg.BuildChunkSize}, args...)...).Scan(&hi, &n); err != nil {
+		err = tx.QueryRow(ctx, "SELECT (SELECT "+key+from+where+" ORDER BY "+orderW+" LIMIT 1), (SELECT count(*)"+from+where+")", args...).Scan(&hi, &n)
+		if err != nil {
 			return 0, err
 		}
-		if n == 0 {
-			return total, nil
+		if n > 0 {
+			if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
+				return 0, err
+			}
 		}
-		if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
-			return 0, err
-		}
-		total += n
-		if n < int64(e.cfg.BuildChunkSize) {
-			return total, nil
-		}
-		lo = hi
+		return total + n, nil
 	}
 }
 
@@ -233,4 +268,71 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
+}
+
+// freshChunk builds a chunk of a fresh build (§12.8 fast path) in one
+// set-based statement instead of per-key locks and re-derives. It first
+// locks the ledger against this definition's pages (every page takes ROW
+// EXCLUSIVE on it before writing), then reads the range in the next
+// statement, so its read is newer than every page that wrote these keys,
+// and every page after it re-derives from a newer read still: the
+// ordering a page's entry lock gives, for the whole range at once.
+// Because the ledger and target were empty at the build start, a key a
+// page already wrote is correct up to changes still pending (which later
+// pages apply) and is skipped; every other key is written from the read:
+// 1-1 target rows (no ledger entries: a page creates one when it needs
+// it), or aggregate entries and their group increments. 1-1 chunks share
+// the lock and run in parallel; aggregate chunks write the ledger, so they
+// take SHARE ROW EXCLUSIVE and run one at a time (they would contend on the
+// group rows anyway). It returns the rows written, or -1 when the statement
+// failed on the data (an expression error, a row edited into the target
+// by hand): the chunk then takes the locked path, which isolates the keys.
+func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, where string, args []any) (int64, error) {
+	mode := "SHARE"
+	if cd.c.Spec.IsAggregate() {
+		mode = "SHARE ROW EXCLUSIVE"
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN "+mode+" MODE"); err != nil {
+		return 0, err
+	}
+	// The range is sorted (entries go into the ledger's index in order) and
+	// grouped in memory rather than in temporary files.
+	if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
+		return 0, err
+	}
+	q := cd.freshHead + where + cd.freshTail
+	var n int64
+	var err error
+	if !cd.c.Spec.IsAggregate() {
+		var tag pgconn.CommandTag
+		if tag, err = tx.Exec(ctx, q, args...); err == nil {
+			n = tag.RowsAffected()
+		}
+	} else {
+		var rows pgx.Rows
+		if rows, err = tx.Query(ctx, q, args...); err == nil {
+			var tids []pgtype.TID
+			if tids, err = pgx.CollectRows(rows, pgx.RowTo[pgtype.TID]); err == nil {
+				n = int64(len(tids))
+				if cd.recompute != "" && len(tids) > 0 {
+					_, err = tx.Exec(ctx, cd.recompute, tids)
+				}
+			}
+		}
+	}
+	if err != nil {
+		if !poisonous(err) {
+			return 0, err
+		}
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
+			return 0, rerr
+		}
+		e.log.Info("fresh build chunk failed; taking the locked path", "definition", cd.id, "err", err)
+		return -1, nil
+	}
+	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
+	return n, err
 }

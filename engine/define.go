@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -460,7 +461,11 @@ func (c *compiled) createSQL(workerRole string) []string {
 			}
 		}
 		out = append(out, "CREATE TABLE "+c.ledger()+" ("+strings.Join(lcols, ", ")+")")
-		out = append(out, "CREATE INDEX ON "+c.ledger()+" ("+strings.Join(lg, ", ")+") WHERE member")
+		if slices.Contains(c.Recompute, true) {
+			// Only fields recomputed from the members (MIN, MAX, …) read a
+			// group's entries; for the rest the index is pure write cost.
+			out = append(out, "CREATE INDEX ON "+c.ledger()+" ("+strings.Join(lg, ", ")+") WHERE member")
+		}
 	}
 	out = append(out, fmt.Sprintf(`DO $do$ BEGIN IF current_user <> %s THEN
 		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s, %s TO %s'; END IF; END $do$`,

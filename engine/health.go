@@ -389,7 +389,8 @@ func (e *Engine) requestRebuild(ctx context.Context, q Querier, table string, re
 
 // addSweep queues the sweep of a rebuild: ledger keys are re-derived too, so
 // target rows no source row backs any more are deleted. A fresh build's
-// ledger holds only what pages wrote, so the sweep is skipped when empty.
+// ledger holds only what pages wrote, so the sweep is skipped when empty,
+// and the build is marked fresh instead.
 func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error {
 	var raw []byte
 	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT compiled FROM %s WHERE id = $1", e.tbl("_definitions")), id).Scan(&raw); err != nil {
@@ -399,8 +400,17 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 	if err := json.Unmarshal(raw, c); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
 		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s) OR EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger(), c.target()), id, build)
+	if err != nil || tag.RowsAffected() > 0 {
+		return err
+	}
+	// Ledger and target empty: a fresh build (§12.8 fast path). This runs
+	// after the statement that moved the definition to backfilling locked
+	// its row, and every page or chunk writing them holds that row FOR
+	// SHARE, so this statement's snapshot sees every entry ever committed.
+	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = coalesce(status_detail, '{}') || jsonb_build_object('fresh_build', build_id::text)
+		WHERE id = $1 AND build_id = $2`, e.tbl("_definitions")), id, build)
 	return err
 }
 

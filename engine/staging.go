@@ -473,8 +473,12 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {
 		return false, err
 	}
+	// Entries kept for the fresh build's sake (H10) stay: harmless to pages
+	// (a non-member or a deleted key's entry is re-derived like any other),
+	// removed when a page next re-derives their key, and swept by a rebuild.
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'live', build_started_at = NULL,
-		  build_rows_done = NULL, build_rows_estimated = NULL
+		  build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = nullif(coalesce(status_detail, '{}') - 'fresh_build', '{}')
 		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'
 		  AND EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND kind = 'plan')
 		  AND NOT EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND state <> 'done')`,

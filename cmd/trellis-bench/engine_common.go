@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,6 +139,10 @@ type runningEngine struct {
 // engine's defaults: SealInterval 50ms, StagingInterval 500ms, PollInterval
 // 1s, 2 drain workers).
 func startEngine(ctx context.Context, pool *pgxpool.Pool, cfg engine.Config) (*runningEngine, error) {
+	if os.Getenv("TRELLIS_BENCH_ENGINE_LOG") == "debug" && cfg.Logger == nil {
+		// The engine's own account of its steps (build tasks, pages), to stderr.
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	e := engine.New(pool, cfg)
 	if err := e.Migrate(ctx); err != nil {
 		e.Close()
