@@ -80,17 +80,22 @@ BEGIN
 	log := e.tbl("_change_log")
 	key := keySQL("x", p.key, p.nullable)
 	tl := lit(p.table)
+	// One log row per statement: its changed keys in one array (an empty
+	// statement writes nothing, array_agg of no rows being NULL).
+	one := func(event, rel string) string {
+		return head(event) + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop)\n  SELECT " + tl + ", a.k, '" + event +
+			"', v_origin, v_hop FROM (SELECT array_agg(" + key + ") AS k FROM " + rel + " x) a WHERE a.k IS NOT NULL;\n" + tail
+	}
 	fn := map[string]string{
-		"insert": head("insert") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  SELECT " + tl + ", " + key +
-			", 'insert', v_origin, v_hop FROM trellis_new x;\n" + tail,
-		"delete": head("delete") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  SELECT " + tl + ", " + key +
-			", 'delete', v_origin, v_hop FROM trellis_old x;\n" + tail,
-		"update": head("update") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  SELECT " + tl +
-			`, coalesce(n.k, d.k),
-         CASE WHEN n.k IS NULL THEN 'delete' WHEN d.k IS NULL THEN 'insert' ELSE 'update' END, v_origin, v_hop
-  FROM      (SELECT ` + key + ` AS k, x AS r FROM trellis_new x) n
-  FULL JOIN (SELECT ` + key + ` AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
-  WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r;   -- no-op filter: binary row images
+		"insert": one("insert", "trellis_new"),
+		"delete": one("delete", "trellis_old"),
+		"update": head("update") + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop)\n  SELECT " + tl +
+			`, a.k, 'update', v_origin, v_hop
+  FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
+        FROM      (SELECT ` + key + ` AS k, x AS r FROM trellis_new x) n
+        FULL JOIN (SELECT ` + key + ` AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
+        WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r) a   -- no-op filter: binary row images
+  WHERE a.k IS NOT NULL;
 ` + tail,
 		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  VALUES (" + tl +
 			", NULL, 'truncate', v_origin, v_hop);\n" + e.truncateRecord(p) + tail,

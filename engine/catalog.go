@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 5
+const formatVersion = 6
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -175,6 +175,14 @@ CREATE TABLE {{S}}._column_pause_edges (
 CREATE INDEX ON {{S}}._column_pause_edges (down_definition_id, down_column);
 ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
   ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh'));
+`,
+	// 6: capture writes one log row per statement and table, its changed
+	// keys in an array (B2: a row and two index entries per changed row
+	// cost the writer about three times its own write). key stays for
+	// single-key rows (rederive) and markers. A big array is compressed
+	// and kept out of line (TOAST): ~4 KB of WAL for 1,000 bigint keys.
+	`
+ALTER TABLE {{S}}._change_log ADD COLUMN keys text[];
 `,
 }
 

@@ -181,12 +181,21 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		return err
 	}
 	first := afterTable == nil
-	window := fmt.Sprintf(`FROM %[1]s c,
+	// The batch's log rows; keyed, each row's keys as k.key (a row holds one
+	// key, a rederive's, or a statement's keys in an array, capture's).
+	windowOf := func(keyed bool) string {
+		unnest := ""
+		if keyed {
+			unnest = " CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)"
+		}
+		return fmt.Sprintf(`FROM %[1]s c%[3]s,
 		  (SELECT snap FROM %[2]s WHERE seq = $1 - 1) prev,
 		  (SELECT snap FROM %[2]s WHERE seq = $1) cur
 		WHERE c.txid >= pg_snapshot_xmin(prev.snap) AND c.txid < pg_snapshot_xmax(cur.snap)
 		  AND pg_visible_in_snapshot(c.txid, cur.snap) AND NOT pg_visible_in_snapshot(c.txid, prev.snap)`,
-		e.tbl("_change_log"), e.tbl("_batches"))
+			e.tbl("_change_log"), e.tbl("_batches"), unnest)
+	}
+	window := windowOf(false)
 	// Truncates first, in the bucket's first page (a truncate batch has one bucket).
 	var truncated []string
 	var tOrigin *string
@@ -226,11 +235,12 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	if afterKey != nil {
 		ak = *afterKey
 	}
-	rows, err := tx.Query(ctx, `SELECT c.src_table, c.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
+	rows, err := tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
 		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8 `+
-		window+` AND c.change_id % $2 = $3 AND c.key IS NOT NULL
-		  AND (c.src_table COLLATE "C", c.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
-		GROUP BY c.src_table, c.key ORDER BY c.src_table COLLATE "C", c.key COLLATE "C" LIMIT $6`,
+		windowOf(true)+
+		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
+		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
+		GROUP BY c.src_table, k.key ORDER BY c.src_table COLLATE "C", k.key COLLATE "C" LIMIT $6`,
 		batch, bucketCount, bucket, at, ak, e.cfg.PageSize)
 	if err != nil {
 		return err

@@ -529,14 +529,14 @@ func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (sealResult, error) {
 	rows, err := tx.Query(ctx, fmt.Sprintf(`
 WITH prev AS (SELECT seq, snap FROM %[1]s ORDER BY seq DESC LIMIT 1),
      cur  AS (SELECT pg_current_snapshot() AS snap),
-     win  AS (SELECT c.op FROM %[2]s c, prev, cur
+     win  AS (SELECT c.op, coalesce(cardinality(c.keys), 1) AS nk FROM %[2]s c, prev, cur
               WHERE c.txid >= pg_snapshot_xmin(prev.snap) AND c.txid < pg_snapshot_xmax(cur.snap)
                 AND pg_visible_in_snapshot(c.txid, cur.snap)
                 AND NOT pg_visible_in_snapshot(c.txid, prev.snap)),
-     sz   AS (SELECT count(*) n, coalesce(bool_or(op = 'truncate'), false) t FROM win),
+     sz   AS (SELECT count(*) n, coalesce(sum(nk), 0) keys, coalesce(bool_or(op = 'truncate'), false) t FROM win),
      b    AS (INSERT INTO %[1]s (seq, snap, row_count, bucket_count, has_truncate, state)
               SELECT prev.seq + 1, cur.snap, sz.n,
-                     CASE WHEN sz.t OR sz.n < 256 THEN 1 ELSE 8 END, sz.t, 'sealed'
+                     CASE WHEN sz.t OR sz.n < 2 OR sz.keys < 256 THEN 1 ELSE least(sz.n, 8) END, sz.t, 'sealed'
               FROM prev, cur, sz WHERE sz.n > 0
               RETURNING seq, bucket_count)
 INSERT INTO %[3]s (batch_seq, bucket)

@@ -101,22 +101,28 @@ func runWriteTax(ctx context.Context, b *bench) error {
 	drifts := make([][]float64, len(writeShapes))
 	ctl := make([][]float64, len(writeShapes))
 	capv := make([][]float64, len(writeShapes))
+	cpuShare := make([][]float64, len(writeShapes))
+	extraWAL := make([][]float64, len(writeShapes))
 	rng := rand.New(rand.NewPCG(1, 2))
 	for rep := range b.cfg.Reps {
 		for si, sh := range writeShapes {
-			vals := map[string][]float64{}
+			vals, cpu, wal := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 			for pos, v := range schedule(rep, "none", []string{"trigger"}) {
 				table := "wt_none"
 				if v == "trigger" {
 					table = "wt_cap"
 				}
-				sps, err := timedWrites(ctx, pool, dur, func() (string, []any) { return sh.stmt(table, next[table], preload, rng) })
+				cc, err := timedWrites(ctx, pool, dur, func() (string, []any) { return sh.stmt(table, next[table], preload, rng) })
 				if err != nil {
 					return fmt.Errorf("%s on %s: %w", sh.Name, table, err)
 				}
+				sps := cc.perSec
 				vals[v] = append(vals[v], sps)
+				cpu[v] = append(cpu[v], cc.cpuUs)
+				wal[v] = append(wal[v], cc.walBytes)
 				b.out.emit(map[string]any{"scenario": "write-tax", "variant": v, "shape": sh.Name, "rep": rep, "position": pos,
-					"statements_per_sec": sps, "rows_per_sec": sps * float64(sh.Rows)})
+					"statements_per_sec": sps, "rows_per_sec": sps * float64(sh.Rows),
+					"backend_cpu_us_per_stmt": cc.cpuUs, "wal_bytes_per_stmt": cc.walBytes})
 				pause(ctx, b.cellWait())
 			}
 			c := control(vals["none"][0], vals["none"][1])
@@ -125,9 +131,15 @@ func runWriteTax(ctx context.Context, b *bench) error {
 			drifts[si] = append(drifts[si], drift(vals["none"][0], vals["none"][1]))
 			ctl[si] = append(ctl[si], c)
 			capv[si] = append(capv[si], vals["trigger"][0])
+			// CPU share: the rate the trigger would allow on a CPU-bound
+			// backend, relative to the control's (the noise-resistant twin
+			// of the throughput ratio).
+			cpuShare[si] = append(cpuShare[si], control(cpu["none"][0], cpu["none"][1])/cpu["trigger"][0])
+			extraWAL[si] = append(extraWAL[si], (wal["trigger"][0]-control(wal["none"][0], wal["none"][1]))/float64(sh.Rows))
 			g := Goal{What: "trigger/none", Bound: sh.Goal}
 			b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": sh.Name, "rep": rep,
-				"share_of_control": r, "drift": drifts[si][len(drifts[si])-1], "goal": g.String(), "goal_met": g.Met(r)})
+				"share_of_control": r, "drift": drifts[si][len(drifts[si])-1], "goal": g.String(), "goal_met": g.Met(r),
+				"cpu_share_of_control": cpuShare[si][len(cpuShare[si])-1], "extra_wal_bytes_per_row": extraWAL[si][len(extraWAL[si])-1]})
 		}
 	}
 
@@ -151,39 +163,66 @@ func runWriteTax(ctx context.Context, b *bench) error {
 		b.failf("write-tax oracle: %v", oracleErr)
 	}
 
-	t := &table{header: []string{"B2 shape", "none stmt/s", "trigger stmt/s", "trigger/none (median)", "per-rep ratios", "max drift", "goal", "verdict"}}
+	t := &table{header: []string{"B2 shape", "none stmt/s", "trigger stmt/s", "trigger/none (median)", "per-rep ratios", "max drift",
+		"backend CPU share (median)", "per-rep CPU shares", "extra WAL B/row", "goal", "verdict"}}
 	for si, sh := range writeShapes {
 		m := median(ratios[si])
 		g := Goal{What: "trigger/none", Bound: sh.Goal}
+		cs := median(cpuShare[si])
 		t.add(sh.Name, fmtNum(median(ctl[si]), 0), fmtNum(median(capv[si]), 0), fmtRatio(m), fmtList(ratios[si], 2),
-			fmtPct(maxAbs(drifts[si])), g.String(), verdict(g.Met(m)))
+			fmtPct(maxAbs(drifts[si])), fmtRatio(cs), fmtList(cpuShare[si], 2), fmtNum(median(extraWAL[si]), 0), g.String(), verdict(g.Met(m)))
 		b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": sh.Name, "summary": true,
-			"share_of_control": m, "goal": g.String(), "goal_met": g.Met(m), "oracle_ok": oracleErr == nil})
+			"share_of_control": m, "cpu_share_of_control": cs, "extra_wal_bytes_per_row": median(extraWAL[si]),
+			"goal": g.String(), "goal_met": g.Met(m), "oracle_ok": oracleErr == nil})
 	}
 	b.printTable(t)
 	fmt.Fprintf(os.Stderr, "oracle (target = SELECT id, val FROM wt_cap after draining, %.1f s): %v\n", time.Since(start).Seconds(), okString(oracleErr))
 	return nil
 }
 
-// timedWrites runs statements back to back on one connection for d and
-// returns statements per second.
-func timedWrites(ctx context.Context, pool *pgxpool.Pool, d time.Duration, next func() (string, []any)) (float64, error) {
+// cellCost is what one cell's statements cost: the rate the box allowed,
+// and two figures its load barely moves (§1.4): the serving backend's CPU
+// (utime+stime from /proc; the cluster is local) and the WAL written, per
+// statement. The engine is stopped during the cells, so the WAL is theirs.
+type cellCost struct {
+	perSec, cpuUs, walBytes float64
+}
+
+// timedWrites runs statements back to back on one connection for d.
+func timedWrites(ctx context.Context, pool *pgxpool.Pool, d time.Duration, next func() (string, []any)) (cellCost, error) {
+	var c cellCost
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return 0, err
+		return c, err
 	}
 	defer conn.Release()
+	var pid int
+	var lsn0 string
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid(), pg_current_wal_insert_lsn()::text").Scan(&pid, &lsn0); err != nil {
+		return c, err
+	}
+	t0, terr := cpuTicks(pid)
 	start := time.Now()
 	end := start.Add(d)
 	n := 0
 	for time.Now().Before(end) {
 		sql, args := next()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {
-			return 0, err
+			return c, err
 		}
 		n++
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	c.perSec = float64(n) / time.Since(start).Seconds()
+	t1, terr1 := cpuTicks(pid)
+	var wal float64
+	if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::text::pg_lsn)::float8", lsn0).Scan(&wal); err != nil {
+		return c, err
+	}
+	c.cpuUs, c.walBytes = math.NaN(), wal/float64(n)
+	if terr == nil && terr1 == nil {
+		c.cpuUs = float64(t1-t0) * 1e6 / clockTicks / float64(n)
+	}
+	return c, nil
 }
 
 func errString(err error) any {

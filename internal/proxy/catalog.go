@@ -123,11 +123,11 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 	defer cancel()
 	S := p.schema
 	b := &pgx.Batch{}
-	// Pending changes per source table: log rows not yet covered by the
-	// newest drained batch. Its cost grows with the backlog, which run's
-	// stretched interval bounds.
+	// Pending changes per source table: keys of log rows (a row holds a
+	// statement's keys) not yet covered by the newest drained batch. Its
+	// cost grows with the backlog, which run's stretched interval bounds.
 	b.Queue(fmt.Sprintf(`WITH d AS (SELECT snap FROM %[1]s._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
-		SELECT c.src_table, count(*)::int8, extract(epoch FROM now() - min(c.staged_at))::float8
+		SELECT c.src_table, sum(coalesce(cardinality(c.keys), 1))::int8, extract(epoch FROM now() - min(c.staged_at))::float8
 		FROM %[1]s._change_log c, d WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) GROUP BY c.src_table`, S))
 	b.Queue(fmt.Sprintf(`SELECT r.definition_id, r.table_name FROM %[1]s._definition_reads r`, S))
 	b.Queue(fmt.Sprintf(`SELECT s.target, s.status, coalesce(s.problem, ''), s.build_rows_done::float8, s.build_rows_estimated::float8,
