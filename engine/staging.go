@@ -533,9 +533,10 @@ WITH prev AS (SELECT seq, snap FROM %[1]s ORDER BY seq DESC LIMIT 1),
               WHERE c.txid >= pg_snapshot_xmin(prev.snap) AND c.txid < pg_snapshot_xmax(cur.snap)
                 AND pg_visible_in_snapshot(c.txid, cur.snap)
                 AND NOT pg_visible_in_snapshot(c.txid, prev.snap)),
+     -- row_count counts changed keys (a marker counts one): what the batch holds.
      sz   AS (SELECT count(*) n, coalesce(sum(nk), 0) keys, coalesce(bool_or(op = 'truncate'), false) t FROM win),
      b    AS (INSERT INTO %[1]s (seq, snap, row_count, bucket_count, has_truncate, state)
-              SELECT prev.seq + 1, cur.snap, sz.n,
+              SELECT prev.seq + 1, cur.snap, sz.keys,
                      CASE WHEN sz.t OR sz.n < 2 OR sz.keys < 256 THEN 1 ELSE least(sz.n, 8) END, sz.t, 'sealed'
               FROM prev, cur, sz WHERE sz.n > 0
               RETURNING seq, bucket_count)
