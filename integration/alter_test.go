@@ -230,6 +230,7 @@ func TestAlterThroughProxy(t *testing.T) {
 	if commits.Load() == 0 {
 		t.Fatal("the writers committed nothing")
 	}
+	mustExec(t, c, `SELECT trellis.await_converged(trellis.watermark_token(), 120000)`)
 	h.sameAs(t, c, `SELECT id, gross, qty, q_minus FROM ov`, `SELECT id, price * 3, qty, qty - 1 FROM orders`)
 	h.sameAs(t, c, `SELECT id, g1 FROM ov_down`, `SELECT id, price * 3 + 1 FROM orders`)
 	if got := qString(t, c, `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'ov'::regclass AND attnum > 0 AND NOT attisdropped`); got != "id,gross,qty,q_minus" {
@@ -360,7 +361,10 @@ func TestAlterAddOnABigTargetUnderWriters(t *testing.T) {
 	build := waitLong("live")
 	stop()
 	wg.Wait()
+	// The writers' backlog drains after they stop: wait for it by token.
+	t1 := time.Now()
+	mustExec(t, c, `SELECT trellis.await_converged(trellis.watermark_token(), 1800000)`)
+	t.Logf("ALTER ADD on %d rows under 2 writers (%d commits): statement %v, statement to live %v, then converged in %v",
+		rows, commits.Load(), stmt.Round(time.Millisecond), build.Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
 	h.sameAs(t, c, `SELECT id, a1, b2 FROM big_view`, `SELECT id, a + 2, b * 2 FROM big`)
-	t.Logf("ALTER ADD on %d rows under 2 writers (%d commits): statement %v, statement to live %v",
-		rows, commits.Load(), stmt.Round(time.Millisecond), build.Round(time.Millisecond))
 }
