@@ -136,14 +136,21 @@ func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
 	})
 }
 
-// StatusOf returns one definition's status, or nil when there is none.
+// StatusOf returns one definition's status, or nil when there is none. A
+// target without a schema is the bare target name, which is unique across
+// the instance (surface §1.2), wherever the target table lives.
 func (e *Engine) StatusOf(ctx context.Context, target TableName) (*DefinitionStatus, error) {
-	if target.Schema == "" {
-		target.Schema = e.cfg.TargetSchema
-	}
 	all, err := e.Status(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if target.Schema == "" {
+		for i := range all {
+			if all[i].Target == target.Name {
+				return &all[i], nil
+			}
+		}
+		return nil, nil
 	}
 	var want string
 	if err := e.pool.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", target.Schema, target.Name).Scan(&want); err != nil {
@@ -166,13 +173,13 @@ func (e *Engine) AwaitLive(ctx context.Context, target TableName, timeout time.D
 			return err
 		}
 		if s == nil {
-			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target).WithClass("not_found", "TransformNotFound")
+			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target.display()).WithClass("not_found", "TransformNotFound")
 		}
 		if s.Status == "live" {
 			return nil
 		}
 		if s.Status == "paused" || s.Status == "quarantined" {
-			return pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "transform %s is %s", target, s.Status)
+			return pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "transform %s is %s", s.TargetTable, s.Status)
 		}
 		if time.Now().After(deadline) {
 			return pgerr.Newf(pgerr.QueryCanceled, "transform %s not live within %s (status %s)", target, timeout, s.Status).

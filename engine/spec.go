@@ -28,6 +28,14 @@ func (t TableName) sanitize() string { return pgx.Identifier{t.Schema, t.Name}.S
 
 func (t TableName) String() string { return t.Schema + "." + t.Name }
 
+// display is the name as a user wrote it: bare when no schema was given.
+func (t TableName) display() string {
+	if t.Schema == "" {
+		return t.Name
+	}
+	return t.String()
+}
+
 // AggKind is an aggregate of grammar §5.6.
 type AggKind string
 

@@ -276,3 +276,27 @@ func TestCallBudget(t *testing.T) {
 		t.Fatalf("converging after the lock: %v %v", ok, err)
 	}
 }
+
+// await_live takes the bare target name (surface §1.2), also for a target
+// created in a schema other than --target-schema.
+func TestAwaitLiveByBareName(t *testing.T) {
+	s := startServed(t, nil)
+	ctx := context.Background()
+	c := s.client(t, "")
+	mustExec(t, c, `CREATE SCHEMA reporting`)
+	mustExec(t, c, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	mustExec(t, c, `INSERT INTO s SELECT g, g FROM generate_series(1, 10) g`)
+	mustExec(t, c, `TRANSFORM reporting.rt FROM s SELECT a * 2 AS b`)
+	var live string
+	if err := c.QueryRow(ctx, `SELECT trellis.await_live('rt', 60000)`).Scan(&live); err != nil || live != "live" {
+		t.Fatalf("await_live of reporting.rt by its bare name: %q %v", live, err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM reporting.rt`).Scan(&n); err != nil || n != 10 {
+		t.Fatalf("reporting.rt: %d %v", n, err)
+	}
+	_, err := c.Exec(ctx, `SELECT trellis.await_live('nope', 1000)`)
+	if pe := pgErrOf(t, err); pe.Code != "42704" || pe.Message != "transform nope does not exist" {
+		t.Fatalf("unknown target: %s %q", pe.Code, pe.Message)
+	}
+}
