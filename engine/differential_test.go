@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,10 @@ import (
 // test) and, like 1795962439957931085, a definition made on an autocommit handle was
 // seen by the stager before its reads and built without capture (fixed in Define).
 var pinnedSeeds = []uint64{1795960113908280630, 1795960468835950693, 1795962439957931085}
+
+// pinnedLifecycleSeeds once failed with lifecycle operations interleaved;
+// they run with them.
+var pinnedLifecycleSeeds = []uint64{}
 
 type dField struct {
 	name, expr string // expr uses {col} placeholders
@@ -109,7 +114,7 @@ func (d *dDef) oracle() string {
 			}
 			a = "jsonb_agg((" + fill(f.expr, false) + ") ORDER BY " + strings.Join(ks, ", ") + ")"
 		default:
-			a = aggSQLName[f.agg] + "((" + fill(f.expr, false) + "))"
+			a = oracleAgg[f.agg] + "((" + fill(f.expr, false) + "))"
 		}
 		if f.cast != "" {
 			a = "(" + a + ")::" + f.cast
@@ -161,6 +166,44 @@ var aggPool = []dField{
 
 var groupPool = []dField{{expr: "{g1}"}, {expr: "{g2}"}, {expr: "{i} % 3"}, {expr: "{b}"}}
 
+// grammarGroupPool: GROUP BY keys are column references (grammar §7.2).
+var grammarGroupPool = []dField{{expr: "{g1}"}, {expr: "{g2}"}, {expr: "{b}"}}
+
+// oracleAgg names each aggregate in the oracle and the TRANSFORM text,
+// written here rather than taken from the engine.
+var oracleAgg = map[AggKind]string{
+	AggSum: "sum", AggCountStar: "count", AggCount: "count", AggAvg: "avg", AggMin: "min",
+	AggMax: "max", AggBoolAnd: "bool_and", AggBoolOr: "bool_or", AggBitAnd: "bit_and",
+	AggBitOr: "bit_or", AggJSONBAgg: "jsonb_agg",
+}
+
+// transformSQL renders the definition as the TRANSFORM statement a user
+// would write (grammar mode only: keys are columns, casts implied).
+func (d *dDef) transformSQL() string {
+	var b strings.Builder
+	b.WriteString("TRANSFORM " + ident(d.name) + " FROM " + ident(d.src))
+	if len(d.group) > 0 {
+		var gs []string
+		for _, g := range d.group {
+			gs = append(gs, ident(strings.Trim(g.expr, "{}")))
+		}
+		b.WriteString(" GROUP BY " + strings.Join(gs, ", "))
+	}
+	var fs []string
+	for _, f := range d.fields {
+		switch {
+		case f.agg == AggCountStar:
+			fs = append(fs, "COUNT(*) AS "+ident(f.name))
+		case f.agg != AggNone:
+			fs = append(fs, strings.ToUpper(oracleAgg[f.agg])+"(("+fill(f.expr, false)+")) AS "+ident(f.name))
+		default:
+			fs = append(fs, "("+fill(f.expr, false)+") AS "+ident(f.name))
+		}
+	}
+	b.WriteString(" SELECT " + strings.Join(fs, ", "))
+	return b.String()
+}
+
 func pick[T any](r *rand.Rand, pool []T, n int) []T {
 	idx := r.Perm(len(pool))[:min(n, len(pool))]
 	out := make([]T, len(idx))
@@ -181,6 +224,20 @@ type diffRun struct {
 	logs      *syncBuffer
 	commits   atomic.Int64
 	faults    atomic.Int64
+	life      *lifecycle // nil: no lifecycle operations
+	// grammar: definitions are drawn from what a TRANSFORM statement can
+	// say and defined through it (RESUME re-validates the stored text).
+	grammar bool
+}
+
+// define installs one definition: through its TRANSFORM statement in
+// grammar mode, else from its Spec.
+func (dr *diffRun) define(set *engineSet, d *dDef) error {
+	if dr.grammar {
+		return dr.life.statement(d.transformSQL())
+	}
+	_, err := set.any().Define(context.Background(), dr.pool, d.spec())
+	return err
 }
 
 func (dr *diffRun) genTables() {
@@ -213,6 +270,15 @@ func (dr *diffRun) genDefs() {
 					f.name = fmt.Sprintf("f%d", i)
 					d.fields = append(d.fields, f)
 				}
+			} else if dr.grammar {
+				for _, g := range pick(dr.r, grammarGroupPool, 1+dr.r.IntN(2)) {
+					g.name = strings.Trim(g.expr, "{}") // a GROUP BY key's column is named by it
+					d.group = append(d.group, g)
+				}
+				for i, f := range pick(dr.r, aggPool, 1+dr.r.IntN(6)) {
+					f.name = fmt.Sprintf("a%d", i)
+					d.fields = append(d.fields, f)
+				}
 			} else {
 				for i, g := range pick(dr.r, groupPool, 1+dr.r.IntN(2)) {
 					g.name = fmt.Sprintf("g%d", i)
@@ -238,7 +304,12 @@ func (dr *diffRun) genDefs() {
 				numeric = append(numeric, v.name)
 			}
 		}
-		if len(numeric) > 0 && dr.r.IntN(2) == 0 {
+		if dr.grammar && len(numeric) > 0 && dr.r.IntN(2) == 0 {
+			// GROUP BY takes a column: the upstream's first key.
+			c := numeric[dr.r.IntN(len(numeric))]
+			d.group = []dField{{name: keys[0], expr: "{" + keys[0] + "}"}}
+			d.fields = []dField{{name: "cnt", agg: AggCountStar}, {name: "s", agg: AggSum, expr: "{" + c + "}"}, {name: "mx", agg: AggMax, expr: "{" + c + "}"}}
+		} else if !dr.grammar && len(numeric) > 0 && dr.r.IntN(2) == 0 {
 			c := numeric[dr.r.IntN(len(numeric))]
 			d.group = []dField{{name: "big", expr: "{" + c + "} > 10"}}
 			d.fields = []dField{{name: "cnt", agg: AggCountStar}, {name: "s", agg: AggSum, expr: "{" + c + "}"}, {name: "mx", agg: AggMax, expr: "{" + c + "}"}}
@@ -388,6 +459,9 @@ func (dr *diffRun) writeTxs(stop context.Context, r *rand.Rand, textKey map[stri
 			case "40P01", "23505", "40001", "55P03":
 				continue
 			}
+			if dr.life.writerMayFail(werr) {
+				continue
+			}
 			return fmt.Errorf("writer: %w", werr)
 		}
 		if r.IntN(8) == 0 {
@@ -469,7 +543,11 @@ func (s *engineSet) stopAll() {
 }
 
 // runDifferential runs one seed and returns the divergences found.
-func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, writeFor time.Duration, minChains int) []string {
+//
+// With life, a lifecycle operator interleaves PAUSE/RESUME, drop and
+// redefine, request_backfill and column renames with the writers; every
+// paused definition but a frozen one is resumed before the comparison.
+func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants, writeFor time.Duration, minChains int) []string {
 	r := rand.New(rand.NewPCG(seed, 1))
 	pool := testDB(t)
 	dr := &diffRun{t: t, r: r, pool: pool, minChains: minChains}
@@ -481,6 +559,7 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 			EXECUTE format('ALTER DATABASE %I SET extra_float_digits = 0', current_database()); END $$`)
 		pool.Reset()
 	}
+	dr.grammar = life
 	dr.genTables()
 	textKey := map[string]bool{}
 	for _, tb := range dr.tables {
@@ -509,14 +588,30 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 	e := set.start()
 	set.start() // two engines drain at once
 	half := len(dr.defs) / 2
+	var definedMu sync.Mutex
+	defined := map[string]bool{}
+	isDefined := func(n string) bool { definedMu.Lock(); defer definedMu.Unlock(); return defined[n] }
+	if life {
+		dr.life = newLifecycle(dr, set, seed)
+	}
 	for _, d := range dr.defs[:half] {
-		if _, err := e.Define(context.Background(), pool, d.spec()); err != nil {
+		if err := dr.define(set, d); err != nil {
 			t.Fatalf("seed %d: define %s: %v", seed, d.name, err)
 		}
+		defined[d.name] = true
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
+	if life {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := dr.life.run(ctx, isDefined); err != nil {
+				errs <- fmt.Errorf("lifecycle: %w", err)
+			}
+		}()
+	}
 	for w := range 3 {
 		wg.Add(1)
 		go func() {
@@ -551,9 +646,20 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 	}
 	sleepCtx(ctx, writeFor/3)
 	for _, d := range dr.defs[half:] { // defined while writers run
-		if _, err := set.any().Define(context.Background(), pool, d.spec()); err != nil {
+		if dr.life != nil {
+			dr.life.ddl.Lock()
+		}
+		err := dr.define(set, d)
+		if dr.life != nil {
+			dr.life.ddl.Unlock()
+		}
+		if err != nil {
+			cancel()
 			t.Fatalf("seed %d: define %s: %v", seed, d.name, err)
 		}
+		definedMu.Lock()
+		defined[d.name] = true
+		definedMu.Unlock()
 	}
 	sleepCtx(ctx, writeFor*2/3)
 	cancel()
@@ -561,10 +667,26 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 	fwg.Wait()
 	close(errs)
 	for err := range errs {
+		if dr.life != nil {
+			t.Logf("lifecycle journal:\n%s", strings.Join(dr.life.journal, "\n"))
+		}
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	e = set.any()
+	if dr.life != nil {
+		if err := dr.life.settle(90 * time.Second); err != nil {
+			st, _ := e.Status(context.Background())
+			t.Fatalf("seed %d: %v\n%+v\njournal:\n%s", seed, err, st, strings.Join(dr.life.journal, "\n"))
+		}
+		t.Logf("seed %d: lifecycle operations %s", seed, dr.life.summary())
+		if dr.life.total() == 0 {
+			t.Errorf("seed %d: no lifecycle operation ran", seed)
+		}
+	}
 	for _, d := range dr.defs {
+		if dr.life != nil && dr.life.isFrozen(d.name) {
+			continue
+		}
 		if err := e.AwaitLive(context.Background(), TableName{Name: d.name}, 90*time.Second); err != nil {
 			st, _ := e.Status(context.Background())
 			t.Fatalf("seed %d: %s not live: %v\n%+v", seed, d.name, err, st)
@@ -578,6 +700,9 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	out := dr.compareAll()
+	if dr.life != nil {
+		out = append(out, dr.life.checkFrozen()...)
+	}
 	// Read-your-writes (H3): write, take a token, await it, compare at once.
 	rr := rand.New(rand.NewPCG(seed, 5))
 	for round := 0; round < 8 && len(out) == 0; round++ {
@@ -592,6 +717,9 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		out = dr.compareAll()
+		if dr.life != nil {
+			out = append(out, dr.life.checkFrozen()...)
+		}
 		if len(out) > 0 {
 			out = append([]string{fmt.Sprintf("read-your-writes round %d:", round)}, out...)
 		}
@@ -604,12 +732,18 @@ func runDifferential(t *testing.T, seed uint64, faults bool, plant plants, write
 	pool.QueryRow(context.Background(), "SELECT last_value FROM trellis._change_seq").Scan(&seq)
 	t.Logf("seed %d: %d tables, %d definitions, %d commits, %d faults, ~%d changes captured; target rows %s",
 		seed, len(dr.tables), len(dr.defs), dr.commits.Load(), dr.faults.Load(), seq, strings.Join(sizes, " "))
+	if len(out) > 0 && dr.life != nil {
+		out = append(out, "lifecycle journal:\n"+strings.Join(dr.life.journal, "\n"))
+	}
 	return out
 }
 
 func (dr *diffRun) compareAll() []string {
 	var out []string
 	for _, d := range dr.defs {
+		if dr.life != nil && dr.life.isFrozen(d.name) {
+			continue
+		}
 		if dd := diff(dr.t, dr.pool, d.targetSQL(), d.oracle()); dd != "" {
 			out = append(out, fmt.Sprintf("%s (%s):\n%s\noracle: %s\n%s", d.name, d.src, dd, d.oracle(), dr.diagnose(d)))
 		}
@@ -618,7 +752,7 @@ func (dr *diffRun) compareAll() []string {
 }
 
 func diffSeeds() []uint64 {
-	seeds := append([]uint64{}, pinnedSeeds...)
+	seeds := append(append([]uint64{}, pinnedSeeds...), pinnedLifecycleSeeds...)
 	if s := os.Getenv("TRELLIS_DIFF_SEEDS"); s != "" {
 		seeds = nil
 		for _, f := range strings.Split(s, ",") {
@@ -643,7 +777,11 @@ func diffSeeds() []uint64 {
 func TestDifferential(t *testing.T) {
 	for i, seed := range diffSeeds() {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
-			if d := runDifferential(t, seed, i%4 != 3, plants{}, diffWriteFor(), 0); len(d) > 0 {
+			// Faults in three seeds of four; lifecycle operations in three
+			// fresh seeds of four (a pinned seed replays the program it
+			// failed with, drawn before lifecycle operations existed).
+			life := i >= len(pinnedSeeds) && i%4 != 1 || slices.Contains(pinnedLifecycleSeeds, seed)
+			if d := runDifferential(t, seed, i%4 != 3, life, plants{}, diffWriteFor(), 0); len(d) > 0 {
 				t.Fatalf("seed %d diverged (pin it in pinnedSeeds):\n%s", seed, strings.Join(d, "\n"))
 			}
 		})
@@ -663,7 +801,7 @@ func TestDifferentialCatchesPlantedFaults(t *testing.T) {
 		{"no_origin_inheritance", 4244, plants{noOriginInheritance: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := runDifferential(t, c.seed, false, c.plant, 2*time.Second, 2)
+			d := runDifferential(t, c.seed, false, false, c.plant, 2*time.Second, 2)
 			if len(d) == 0 {
 				t.Fatalf("plant %s went unnoticed", c.name)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -331,6 +332,17 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 					}
 				}
 			}
+		}
+		if e.log.Enabled(ctx, slog.LevelDebug) {
+			var rs []string
+			for _, d := range defs {
+				rs = append(rs, fmt.Sprintf("%d@%d", d.cd.id, d.cd.version))
+			}
+			ks := keys
+			if len(ks) > 40 {
+				ks = ks[:40]
+			}
+			e.log.Debug("page", "batch", batch, "bucket", bucket, "keys", len(keys), "readers", rs, "first", ks, "probe", probe)
 		}
 		// Keys held for a definition are skipped by it alone (§12.12 evict).
 		held, err := e.poisonedKeys(ctx, tx, defs, keys, meta, probe)

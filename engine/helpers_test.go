@@ -66,6 +66,9 @@ func fastConfig() Config {
 func startEngine(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Engine, context.CancelFunc) {
 	t.Helper()
 	e := New(pool, cfg)
+	// Diagnostics: keep every change-log row so a failure can show where a
+	// key's changes went (explainKeys).
+	e.plant.keepLog = os.Getenv("TRELLIS_KEEP_LOG") != ""
 	if err := e.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -171,4 +174,46 @@ func testLogger() *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// explainKeys describes, for a 1-1 target keyed by id over src, the keys
+// where target and source disagree: their ledger entries, their change-log
+// rows (with TRELLIS_KEEP_LOG set) and the batch that held each, and every
+// definition's status and version.
+func explainKeys(t testing.TB, q Querier, target, src string) string {
+	t.Helper()
+	var b strings.Builder
+	ctx := context.Background()
+	keys := `(SELECT id::text FROM ` + ident(target) + ` EXCEPT SELECT id::text FROM ` + ident(src) + `)
+		UNION (SELECT id::text FROM ` + ident(src) + ` EXCEPT SELECT id::text FROM ` + ident(target) + `)`
+	lines := func(label, sql string, args ...any) {
+		rows, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", label, err)
+			return
+		}
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			fmt.Fprintf(&b, "%s %s\n", label, s)
+		}
+		rows.Close()
+	}
+	lines("ledger", `SELECT format('%s', l) FROM `+ident(target+"__ledger")+` l WHERE l.k IN (`+keys+`)`)
+	lines("log", `SELECT format('%s', row(c.key, c.op, c.change_id, c.txid, c.staged_at,
+		(SELECT min(b.seq) FROM trellis._batches b WHERE pg_visible_in_snapshot(c.txid, b.snap))))
+		FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND (c.key IN (`+keys+`) OR c.key IS NULL)
+		ORDER BY c.change_id`, src)
+	lines("batch", `SELECT format('%s', row(seq, snap, sealed_at, drained_at)) FROM trellis._batches ORDER BY seq DESC LIMIT 5`)
+	lines("definition", `SELECT format('%s', row(id, compiled #>> '{spec,target,name}', status, version, build_id, status_detail))
+		FROM trellis._definitions ORDER BY id`)
+	return b.String()
+}
+
+// assertSameExplained is assertSame with explainKeys on failure.
+func assertSameExplained(t testing.TB, q Querier, got, want, target, src string) {
+	t.Helper()
+	if d := diff(t, q, got, want); d != "" {
+		t.Fatalf("target differs from oracle:\n%s\ngot:  %s\nwant: %s\n%s", d, got, want, explainKeys(t, q, target, src))
+	}
 }

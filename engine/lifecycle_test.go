@@ -245,7 +245,7 @@ func TestRenamedReadColumnPausesOnlyItsReaders(t *testing.T) {
 	if st, f, _ := storedStatus(t, e, "s_c"); st != "live" || f != nil {
 		t.Fatalf("s_c: %s %+v", st, f)
 	}
-	assertSame(t, pool, `SELECT id, c2, b FROM s_c`, `SELECT id, c, b FROM s`)
+	assertSameExplained(t, pool, `SELECT id, c2, b FROM s_c`, `SELECT id, c, b FROM s`, "s_c", "s")
 	assertSame(t, pool, `SELECT id, v2 FROM other_v`, `SELECT id, v * 2 FROM other`)
 	// The status view's problem column reads the failure.
 	var problem string
@@ -275,8 +275,8 @@ func TestRenamedReadColumnPausesOnlyItsReaders(t *testing.T) {
 		t.Fatalf("an application write failed: %v", err)
 	}
 	converge(t, e)
-	assertSame(t, pool, `SELECT id, a1, c FROM s_a`, `SELECT id, a + 1, c FROM s`)
-	assertSame(t, pool, `SELECT id, c2, b FROM s_c`, `SELECT id, c, b FROM s`)
+	assertSameExplained(t, pool, `SELECT id, a1, c FROM s_a`, `SELECT id, a + 1, c FROM s`, "s_a", "s")
+	assertSameExplained(t, pool, `SELECT id, c2, b FROM s_c`, `SELECT id, c, b FROM s`, "s_c", "s")
 }
 
 // Dropped and re-typed columns, and a re-typed key, under load.
@@ -538,7 +538,7 @@ func TestLifecycleChurnUnderWriters(t *testing.T) {
 		awaitLive(t, e, n)
 	}
 	converge(t, e)
-	assertSame(t, pool, `SELECT id, a2, c FROM one`, `SELECT id, a * 2, c FROM s`)
+	assertSameExplained(t, pool, `SELECT id, a2, c FROM one`, `SELECT id, a * 2, c FROM s`, "one", "s")
 	assertSame(t, pool, `SELECT b, n, sa, mc FROM agg`, `SELECT b, COUNT(*), SUM(a), MAX(c) FROM s GROUP BY b`)
-	assertSame(t, pool, `SELECT id, cb FROM cc`, `SELECT id, coalesce(c, 0) + b FROM s`)
+	assertSameExplained(t, pool, `SELECT id, cb FROM cc`, `SELECT id, coalesce(c, 0) + b FROM s`, "cc", "s")
 }

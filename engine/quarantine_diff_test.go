@@ -22,7 +22,7 @@ import (
 func TestDifferentialQuarantine(t *testing.T) {
 	seeds := diffSeeds()
 	if os.Getenv("TRELLIS_DIFF_SEEDS") == "" {
-		seeds = seeds[len(pinnedSeeds):]
+		seeds = seeds[len(pinnedSeeds)+len(pinnedLifecycleSeeds):]
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {

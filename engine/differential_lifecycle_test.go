@@ -1,0 +1,415 @@
+package engine
+
+// Lifecycle operations interleaved with the differential test's writers
+// (correctness spec §4.4 "operator statements", §7 "mid-burst operator
+// statements", "source schema change under load"): PAUSE then RESUME,
+// PAUSE and DROP then define again, request_backfill, a read column renamed
+// and renamed back (its readers pause with a capture_failure and are
+// resumed), and one leaf paused to the end, whose target must stay exactly
+// as it was when the pause committed.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/grammar"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// lifecycle is the operator: one goroutine sending lifecycle statements
+// while the writers run.
+type lifecycle struct {
+	dr  *diffRun
+	set *engineSet
+	r   *rand.Rand
+	// ddl serialises the operator's schema changes with definitions made
+	// by the test's main goroutine (a define during a rename would fail).
+	ddl sync.Mutex
+	// renameUntil: until then a writer's 42703 is Postgres's own answer to
+	// its statement naming a column the operator renamed.
+	renameUntil atomic.Int64
+	mu          sync.Mutex
+	frozen      map[string]string // definition -> snapshot table of its target
+	ops         map[string]int
+	journal     []string
+}
+
+func newLifecycle(dr *diffRun, set *engineSet, seed uint64) *lifecycle {
+	return &lifecycle{dr: dr, set: set, r: rand.New(rand.NewPCG(seed, 77)), frozen: map[string]string{}, ops: map[string]int{}}
+}
+
+func (l *lifecycle) note(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.journal = append(l.journal, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+func (l *lifecycle) count(op string) {
+	l.mu.Lock()
+	l.ops[op]++
+	l.mu.Unlock()
+}
+
+func (l *lifecycle) isFrozen(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.frozen[name]
+	return ok
+}
+
+// writerMayFail reports whether a writer's error is the expected refusal
+// of a statement naming a column renamed away.
+func (l *lifecycle) writerMayFail(err error) bool {
+	return l != nil && pgerr.CodeOf(err) == "42703" && time.Now().UnixNano() < l.renameUntil.Load()
+}
+
+// statement runs Trellis statements in one transaction through the engine,
+// retrying what a serializable database default or a busy page can cause.
+func (l *lifecycle) statement(texts ...string) error {
+	ctx := context.Background()
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		err = l.statementOnce(ctx, texts)
+		switch c := pgerr.CodeOf(err); {
+		case err == nil:
+			return nil
+		case c == "40001" || c == "40P01" || c == "55P03" ||
+			c == "0A000" && strings.Contains(err.Error(), "cached plan must not change result type"):
+			time.Sleep(time.Duration(5+l.r.IntN(20)) * time.Millisecond)
+			continue
+		}
+		return err
+	}
+	return err
+}
+
+func (l *lifecycle) statementOnce(ctx context.Context, texts []string) error {
+	e := l.set.any()
+	tx, err := l.dr.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	for _, text := range texts {
+		st, err := grammar.Parse(text)
+		if err != nil {
+			return fmt.Errorf("parse %q: %w", text, err)
+		}
+		if _, err := e.Apply(ctx, tx, st, ApplyOptions{InTransactionBlock: len(texts) > 1}); err != nil {
+			return fmt.Errorf("%s: %w", text, err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func (l *lifecycle) define(d *dDef) error {
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		err = l.dr.define(l.set, d)
+		if c := pgerr.CodeOf(err); c != "40001" && c != "40P01" {
+			return err
+		}
+	}
+	return err
+}
+
+// leaves are the definitions no other definition reads and not frozen.
+func (l *lifecycle) leaves() []*dDef {
+	var out []*dDef
+	for _, d := range l.dr.defs {
+		read := false
+		for _, o := range l.dr.defs {
+			if o.upstream == d {
+				read = true
+			}
+		}
+		if !read && !l.isFrozen(d.name) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (l *lifecycle) defined(defined func(string) bool) []*dDef {
+	var out []*dDef
+	for _, d := range l.dr.defs {
+		if defined(d.name) && !l.isFrozen(d.name) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// run sends one operation every 100-400 ms until stop; defined says which
+// definitions exist yet (half are defined while writers run).
+func (l *lifecycle) run(stop context.Context, defined func(string) bool) error {
+	froze := false
+	for stop.Err() == nil {
+		sleepCtx(stop, time.Duration(100+l.r.IntN(300))*time.Millisecond)
+		if stop.Err() != nil {
+			return nil
+		}
+		defs := l.defined(defined)
+		if len(defs) == 0 {
+			continue
+		}
+		d := defs[l.r.IntN(len(defs))]
+		var err error
+		switch x := l.r.IntN(100); {
+		case x < 30:
+			err = l.pauseResume(d)
+		case x < 50:
+			var leaves []*dDef
+			for _, c := range l.leaves() {
+				if defined(c.name) {
+					leaves = append(leaves, c)
+				}
+			}
+			if len(leaves) > 0 {
+				err = l.dropRedefine(leaves[l.r.IntN(len(leaves))])
+			}
+		case x < 65:
+			err = l.requestBackfill()
+		case x < 90:
+			err = l.renameAndBack()
+		default:
+			leaves := l.leaves()
+			if !froze && len(leaves) > 1 && defined(leaves[0].name) {
+				froze = true
+				err = l.freeze(leaves[0])
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *lifecycle) pauseResume(d *dDef) error {
+	l.note("PAUSE %s", d.name)
+	if err := l.statement("PAUSE TRANSFORM " + d.name); err != nil {
+		return err
+	}
+	sleepCtx(context.Background(), time.Duration(l.r.IntN(300))*time.Millisecond)
+	l.note("RESUME %s", d.name)
+	if err := l.resume(d.name); err != nil {
+		return err
+	}
+	l.count("pause_resume")
+	return nil
+}
+
+// resume resumes a paused definition; one that a concurrent step already
+// resumed is fine.
+func (l *lifecycle) resume(name string) error {
+	err := l.statement("RESUME TRANSFORM " + name)
+	if pe, ok := pgerr.As(err); ok && pe.Variant == "TransformNotPaused" {
+		return nil
+	}
+	return err
+}
+
+func (l *lifecycle) dropRedefine(d *dDef) error {
+	l.ddl.Lock()
+	defer l.ddl.Unlock()
+	l.note("PAUSE+DROP %s", d.name)
+	var err error
+	if l.r.IntN(2) == 0 {
+		err = l.statement("PAUSE TRANSFORM "+d.name, "DROP TRANSFORM "+d.name)
+	} else if err = l.statement("PAUSE TRANSFORM " + d.name); err == nil {
+		err = l.statement("DROP TRANSFORM " + d.name)
+	}
+	if err != nil {
+		return err
+	}
+	sleepCtx(context.Background(), time.Duration(l.r.IntN(200))*time.Millisecond)
+	l.note("define %s again", d.name)
+	if err := l.define(d); err != nil {
+		return fmt.Errorf("redefine %s: %w", d.name, err)
+	}
+	l.count("drop_redefine")
+	return nil
+}
+
+func (l *lifecycle) requestBackfill() error {
+	t := l.dr.tables[l.r.IntN(len(l.dr.tables))]
+	l.note("request_backfill(%s)", t)
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		_, err = l.dr.pool.Exec(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, to_regclass($1)::oid, $1, NULL)`, t)
+		if c := pgerr.CodeOf(err); c != "40001" && c != "40P01" {
+			break
+		}
+	}
+	if c := pgerr.CodeOf(err); err != nil && c != "55000" { // 55000: nothing applying reads it now
+		return fmt.Errorf("request_backfill(%s): %w", t, err)
+	}
+	l.count("request_backfill")
+	return nil
+}
+
+// renameAndBack renames a column definitions read, waits, renames it back,
+// and resumes every definition a capture_failure paused.
+func (l *lifecycle) renameAndBack() error {
+	l.ddl.Lock()
+	defer l.ddl.Unlock()
+	t := l.dr.tables[l.r.IntN(len(l.dr.tables))]
+	cols := []string{"g1", "g2", "n", "i", "b", "j"}
+	c := cols[l.r.IntN(len(cols))]
+	ctx := context.Background()
+	l.renameUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	l.note("ALTER TABLE %s RENAME %s", t, c)
+	if _, err := l.dr.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s_tmp", t, c, c)); err != nil {
+		return err
+	}
+	sleepCtx(ctx, time.Duration(50+l.r.IntN(300))*time.Millisecond)
+	_, err := l.dr.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s_tmp TO %s", t, c, c))
+	l.note("ALTER TABLE %s RENAME %s back", t, c)
+	l.renameUntil.Store(time.Now().Add(time.Second).UnixNano())
+	if err != nil {
+		return err
+	}
+	// The staging pass may pause readers a moment after the rename back.
+	sleepCtx(ctx, 150*time.Millisecond)
+	if err := l.resumeCaptureFailures(); err != nil {
+		return err
+	}
+	l.count("rename_and_back")
+	return nil
+}
+
+// resumeCaptureFailures resumes every definition paused by a
+// capture_failure (the operator's fix after renaming back).
+func (l *lifecycle) resumeCaptureFailures() error {
+	rows, err := l.dr.pool.Query(context.Background(), `SELECT compiled #>> '{spec,target,name}' FROM trellis._definitions
+		WHERE status = 'paused' AND status_detail ? 'capture_failure' ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		names = append(names, n)
+	}
+	rows.Close()
+	for _, n := range names {
+		if l.isFrozen(n) {
+			continue
+		}
+		l.note("RESUME %s (capture_failure)", n)
+		if err := l.resume(n); err != nil {
+			return err
+		}
+		l.count("resume_after_capture_failure")
+	}
+	return nil
+}
+
+// freeze pauses a leaf to the end and snapshots its target at once: from
+// the pause's commit no page or chunk may write it.
+func (l *lifecycle) freeze(d *dDef) error {
+	l.note("PAUSE %s to the end", d.name)
+	if err := l.statement("PAUSE TRANSFORM " + d.name); err != nil {
+		return err
+	}
+	snap := "frozen_" + d.name
+	if _, err := l.dr.pool.Exec(context.Background(), "CREATE TABLE "+snap+" AS "+d.targetSQL()); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.frozen[d.name] = snap
+	l.mu.Unlock()
+	l.count("freeze")
+	return nil
+}
+
+// settle resumes every paused definition not frozen until all are live.
+func (l *lifecycle) settle(deadline time.Duration) error {
+	end := time.Now().Add(deadline)
+	for {
+		var waiting []string
+		for _, d := range l.dr.defs {
+			if l.isFrozen(d.name) {
+				continue
+			}
+			st, err := l.set.any().StatusOf(context.Background(), TableName{Name: d.name})
+			if err != nil {
+				return err
+			}
+			if st == nil {
+				return fmt.Errorf("%s does not exist", d.name)
+			}
+			switch st.StoredStatus {
+			case "live":
+				if st.Status != "live" {
+					waiting = append(waiting, d.name+" "+st.Status)
+				}
+				continue
+			case "paused":
+				l.note("settle: RESUME %s", d.name)
+				if err := l.resume(d.name); err != nil {
+					return err
+				}
+			}
+			waiting = append(waiting, d.name+" "+st.StoredStatus)
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("not live after %s: %v", deadline, waiting)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkFrozen compares each frozen target with its snapshot.
+func (l *lifecycle) checkFrozen() []string {
+	var out []string
+	for _, d := range l.dr.defs {
+		snap, ok := l.frozen[d.name]
+		if !ok {
+			continue
+		}
+		if dd := diff(l.dr.t, l.dr.pool, d.targetSQL(), "SELECT * FROM "+snap); dd != "" {
+			out = append(out, fmt.Sprintf("%s was written while paused:\n%s", d.name, dd))
+		}
+		if st, _, _ := storedStatus(l.dr.t, l.set.any(), d.name); st != "paused" {
+			out = append(out, fmt.Sprintf("%s left paused is %s", d.name, st))
+		}
+	}
+	return out
+}
+
+func (l *lifecycle) summary() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for k := range l.ops {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, l.ops[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (l *lifecycle) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, v := range l.ops {
+		n += v
+	}
+	return n
+}
