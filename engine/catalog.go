@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 6
+const formatVersion = 7
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -183,6 +183,32 @@ ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
 	// and kept out of line (TOAST): ~4 KB of WAL for 1,000 bigint keys.
 	`
 ALTER TABLE {{S}}._change_log ADD COLUMN keys text[];
+`,
+	// 7: keys a page skipped for a definition a client transaction holds
+	// locked (§12.8 "Locks held by a client transaction"): counted by
+	// convergence like held keys until the staging worker stages them
+	// again (the lock ended with the definition applying) or drops them
+	// (paused, rebuilding or dropped: the rebuild covers them). whole: the
+	// page also truncated the table, so the definition is rebuilt. No
+	// foreign key: its check would share-lock the very definition row the
+	// client holds; the staging worker deletes a dropped definition's rows.
+	`
+CREATE TABLE {{S}}._deferred (
+  definition_id bigint NOT NULL,
+  src_table text NOT NULL, key text NOT NULL, whole boolean NOT NULL DEFAULT false,
+  origin_lsn pg_lsn, hop smallint NOT NULL DEFAULT 0, deferred_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (definition_id, src_table, key));
+CREATE OR REPLACE FUNCTION {{S}}._converged(token pg_lsn) RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH d AS (SELECT snap FROM {{S}}._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+  SELECT NOT EXISTS (SELECT 1 FROM {{S}}._change_log c, d
+                     WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
+                       AND NOT pg_visible_in_snapshot(c.txid, d.snap))
+     AND NOT EXISTS (SELECT 1 FROM {{S}}._poison p
+                     WHERE p.origin_lsn IS NULL OR p.origin_lsn <= token)
+     AND NOT EXISTS (SELECT 1 FROM {{S}}._deferred x
+                     WHERE x.origin_lsn IS NULL OR x.origin_lsn <= token);
+$fn$;
 `,
 }
 

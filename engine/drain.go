@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -309,8 +310,11 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	}
 	if len(tables) > 0 {
 		// Fence: readers applying now, share-locked against pause/drop/alter, in id order.
-		defs, err := e.readers(ctx, tx, tables)
+		defs, skipped, err := e.readers(ctx, tx, tables)
 		if err != nil {
+			return err
+		}
+		if err := e.deferKeys(ctx, tx, skipped, byTable, meta, truncated, tOrigin, tUnknown, tHop); err != nil {
 			return err
 		}
 		for _, t := range truncated {
@@ -418,35 +422,61 @@ type readerDef struct {
 	cd    *compiledDef
 }
 
+// skippedReader is an applying definition a page could not share-lock
+// because another transaction holds its row (a client's PAUSE, DROP or
+// ALTER still open): the page defers its keys instead of waiting.
+type skippedReader struct {
+	id    int64
+	table string
+}
+
 // readers returns the applying definitions reading any of tables, locked
-// FOR SHARE in id order (§12.6 step 2).
-func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, error) {
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT d.id, d.version, d.compiled, r.table_name
-		FROM %[1]s d
-		JOIN %[2]s r ON r.definition_id = d.id
-		WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')
-		ORDER BY d.id FOR SHARE OF d`, e.tbl("_definitions"), e.tbl("_definition_reads")), tables)
+// FOR SHARE in id order (§12.6 step 2), and those it skipped because
+// another transaction holds their row (§12.8 "Locks held by a client
+// transaction"): a client transaction that paused, altered or dropped one
+// transform and stays open stalls only that transform's share of the
+// stream. A definition seen applying here whose lock is skipped may have
+// been paused or dropped by then; deferring its keys is then harmless (the
+// staging worker drops them).
+func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, []skippedReader, error) {
+	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH cand AS (
+		  SELECT d.id, r.table_name FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
+		  WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')),
+		locked AS (
+		  SELECT d.id, d.version, d.compiled FROM %[1]s d
+		  WHERE d.id IN (SELECT id FROM cand) AND d.status IN ('backfilling', 'live')
+		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
+		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled
+		FROM cand LEFT JOIN locked ON locked.id = cand.id
+		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads")), tables)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	type raw struct {
-		id, version int64
-		c           []byte
-		table       string
-		paused      []string
+		id      int64
+		version *int64
+		c       []byte
+		table   string
+		paused  []string
 	}
 	var rs []raw
+	var skipped []skippedReader
 	for rows.Next() {
 		var r raw
-		if err := rows.Scan(&r.id, &r.version, &r.c, &r.table); err != nil {
+		var got bool
+		if err := rows.Scan(&r.id, &r.table, &got, &r.version, &r.c); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
+		}
+		if !got {
+			skipped = append(skipped, skippedReader{id: r.id, table: r.table})
+			continue
 		}
 		rs = append(rs, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(rs) > 0 {
 		// Paused fields in a new statement: its snapshot follows the locks,
@@ -459,7 +489,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		}
 		paused, err := e.pausedOf(ctx, tx, ids)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i := range rs {
 			rs[i].paused = paused[rs[i].id]
@@ -467,14 +497,104 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	}
 	out := make([]readerDef, 0, len(rs))
 	for _, r := range rs {
-		cd, err := e.compiledForPaused(r.id, r.version, r.c, r.paused)
+		cd, err := e.compiledForPaused(r.id, *r.version, r.c, r.paused)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, readerDef{table: r.table, cd: cd})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].cd.id < out[j].cd.id })
-	return out, nil
+	return out, skipped, nil
+}
+
+// deferKeys records the page's keys of each skipped reader's table with
+// their least origin (NULL: unknown) and greatest hop, in the page's
+// transaction, so convergence keeps them pending; a truncate of the table
+// in this page marks the definition for a rebuild (whole).
+func (e *Engine) deferKeys(ctx context.Context, tx pgx.Tx, skipped []skippedReader, byTable map[string][]pageKey,
+	meta map[pageKey]keyMeta, truncated []string, tOrigin *string, tUnknown bool, tHop int16) error {
+	for _, s := range skipped {
+		var ts, ks, os []*string
+		var ws []bool
+		var hs []int16
+		for _, k := range byTable[s.table] {
+			m := meta[k]
+			t, key := k.table, k.key
+			ts, ks, os, ws, hs = append(ts, &t), append(ks, &key), append(os, m.origin), append(ws, false), append(hs, m.hop)
+		}
+		if slices.Contains(truncated, s.table) {
+			t, empty := s.table, ""
+			o := tOrigin
+			if tUnknown {
+				o = nil
+			}
+			ts, ks, os, ws, hs = append(ts, &t), append(ks, &empty), append(os, o), append(ws, true), append(hs, tHop)
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS x (definition_id, src_table, key, whole, origin_lsn, hop)
+			SELECT $1, u.t, u.k, u.w, u.o::pg_lsn, u.h FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::int2[]) AS u(t, k, w, o, h)
+			ORDER BY u.t COLLATE "C", u.k COLLATE "C"
+			ON CONFLICT (definition_id, src_table, key) DO UPDATE SET whole = x.whole OR excluded.whole,
+			  origin_lsn = CASE WHEN x.origin_lsn IS NULL OR excluded.origin_lsn IS NULL THEN NULL
+			                    ELSE least(x.origin_lsn, excluded.origin_lsn) END,
+			  hop = greatest(x.hop, excluded.hop)`, e.tbl("_deferred")), s.id, ts, ks, ws, os, hs); err != nil {
+			return err
+		}
+		e.log.Debug("keys deferred: transform locked by another transaction", "definition", s.id, "table", s.table, "keys", len(ts))
+	}
+	return nil
+}
+
+// resolveDeferred stages again the deferred keys of every definition whose
+// row is no longer locked: as 'rederive' rows (same origin and hop, so
+// convergence stays pending without a gap) while it applies, or a rebuild
+// for a deferred truncate; a paused, rebuilding or dropped definition's are
+// dropped, its rebuild covers them. It reports whether any remain.
+func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining bool, err error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(ctx)
+	var any bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s)", e.tbl("_deferred"))).Scan(&any); err != nil || !any {
+		return false, err
+	}
+	// A dropped definition's keys go (no foreign key deletes them).
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s x WHERE NOT EXISTS (SELECT 1 FROM %s d WHERE d.id = x.definition_id)`,
+		e.tbl("_deferred"), e.tbl("_definitions"))); err != nil {
+		return false, err
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH free AS (
+		  SELECT d.id, d.status IN ('backfilling', 'live') AS applying FROM %[1]s d
+		  WHERE d.id IN (SELECT definition_id FROM %[2]s) ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
+		moved AS (DELETE FROM %[2]s x USING free WHERE x.definition_id = free.id
+		  RETURNING x.definition_id, x.src_table, x.key, x.whole, x.origin_lsn, x.hop, free.applying),
+		staged AS (INSERT INTO %[3]s (src_table, key, op, definition_id, origin_lsn, hop)
+		  SELECT src_table, key, 'rederive', definition_id, origin_lsn, hop FROM moved WHERE applying AND NOT whole
+		  RETURNING 1)
+		SELECT DISTINCT definition_id FROM moved WHERE applying AND whole`, e.tbl("_definitions"), e.tbl("_deferred"), e.tbl("_change_log")))
+	if err != nil {
+		return false, err
+	}
+	rebuild, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return false, err
+	}
+	if len(rebuild) > 0 {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'waiting_to_backfill', version = version + 1,
+			  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+			  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', 'a truncate met it locked by another transaction')
+			WHERE id = ANY($1) AND status IN ('backfilling', 'live')`, e.tbl("_definitions")), rebuild); err != nil {
+			return false, err
+		}
+	}
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s)", e.tbl("_deferred"))).Scan(&remaining); err != nil {
+		return false, err
+	}
+	return remaining, tx.Commit(ctx)
 }
 
 // lsnLess compares two pg_lsn texts "X/Y".

@@ -235,7 +235,8 @@ const fullPassEvery = 30 * time.Second
 // read or captured table (by its recorded oid and by the oid its name
 // resolves to now) its pg_class row and relfilenode, its pg_attribute,
 // pg_trigger and pg_inherits rows. Any DDL on them writes one of these rows
-// and so changes an xmin or a row set. It also returns the newest drained
+// and so changes an xmin or a row set; so does a page deferring keys
+// (the number of deferred keys). It also returns the newest drained
 // batch (retirement's input). VACUUM and ANALYZE update pg_class in place
 // (no new xmin), so they do not force passes.
 const passFingerprintSQL = `
@@ -254,7 +255,8 @@ SELECT md5(concat_ws('|',
      (SELECT string_agg(concat_ws(':', g.oid, g.xmin), ',' ORDER BY g.oid) FROM pg_trigger g WHERE g.tgrelid = t.table_oid),
      (SELECT string_agg(concat_ws(':', i.inhrelid, i.inhparent, i.xmin), ',' ORDER BY i.inhrelid, i.inhparent)
         FROM pg_inherits i WHERE i.inhrelid = t.table_oid OR i.inhparent = t.table_oid)), ';' ORDER BY t.table_name, t.table_oid)
-   FROM t LEFT JOIN pg_class c ON c.oid = t.table_oid))),
+   FROM t LEFT JOIN pg_class c ON c.oid = t.table_oid),
+  (SELECT count(*) FROM %[6]s))),
   coalesce((SELECT max(seq) FROM %[5]s WHERE state = 'drained'), 0)`
 
 // stagingPass runs the staging work. A periodic pass (force false) over an
@@ -267,7 +269,7 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn, st *passState,
 	var fp string
 	var drainedSeq int64
 	if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.tbl("_definition_reads"), e.tbl("_captured_tables"),
-		e.tbl("_definitions"), e.tbl("_paused_columns"), e.tbl("_batches"))).Scan(&fp, &drainedSeq); err != nil {
+		e.tbl("_definitions"), e.tbl("_paused_columns"), e.tbl("_batches"), e.tbl("_deferred"))).Scan(&fp, &drainedSeq); err != nil {
 		return 0, false, err
 	}
 	full := force || !st.steady || fp != st.fingerprint || time.Since(st.fullAt) >= fullPassEvery
@@ -303,6 +305,17 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		return false, err
 	}
 	steady = true
+	// Keys pages deferred while a client transaction held their
+	// definition: staged again once it ended (§12.8).
+	if remaining, err := e.resolveDeferred(ctx, conn); err != nil {
+		e.log.Warn("staging deferred keys failed", "err", err)
+		if conn.IsClosed() {
+			return false, err
+		}
+		steady = false
+	} else if remaining {
+		steady = false
+	}
 	// Schema changes under applying definitions pause exactly those (§12.9).
 	if acted, err := e.checkSchemas(ctx, conn); err != nil {
 		e.log.Warn("capture health check failed", "err", err)
