@@ -38,6 +38,7 @@ type lifecycle struct {
 	frozen      map[string]string // definition -> snapshot table of its target
 	ops         map[string]int
 	journal     []string
+	added       int // fields ALTER ... ADD named so far
 }
 
 func newLifecycle(dr *diffRun, set *engineSet, seed uint64) *lifecycle {
@@ -81,7 +82,7 @@ func (l *lifecycle) statement(texts ...string) error {
 			return nil
 		case c == "40001" || c == "40P01" || c == "55P03" ||
 			c == "0A000" && strings.Contains(err.Error(), "cached plan must not change result type"):
-			time.Sleep(time.Duration(5+l.r.IntN(20)) * time.Millisecond)
+			time.Sleep(time.Duration(5+rand.IntN(20)) * time.Millisecond) // the package source: main goroutine and operator both retry
 			continue
 		}
 		return err
@@ -174,10 +175,12 @@ func (l *lifecycle) run(stop context.Context, defined func(string) bool) error {
 			if len(leaves) > 0 {
 				err = l.dropRedefine(leaves[l.r.IntN(len(leaves))])
 			}
-		case x < 65:
+		case x < 60:
 			err = l.requestBackfill()
-		case x < 90:
+		case x < 80:
 			err = l.renameAndBack()
+		case x < 92:
+			err = l.alter(d)
 		default:
 			leaves := l.leaves()
 			if !froze && len(leaves) > 1 && defined(leaves[0].name) {
@@ -252,6 +255,93 @@ func (l *lifecycle) requestBackfill() error {
 		return fmt.Errorf("request_backfill(%s): %w", t, err)
 	}
 	l.count("request_backfill")
+	return nil
+}
+
+// sameType are formulas grouped by result type: ALTER f AS e must keep the
+// column's type (grammar §4.6 step 4).
+var sameType = [][]string{
+	{"{i} * 2", "length({g1})", "{i} + 7"},
+	{"coalesce({g1}, 'none')", "lower(coalesce({g1}, 'X'))"},
+	{"{n} + 1", "{n}", "{n} * 2"},
+	{"{b}", "{g2} % 2 = 0", "NOT {b}"},
+}
+
+// readByReaders lists the fields of d that a chained definition reads.
+func (l *lifecycle) readByReaders(d *dDef) map[string]bool {
+	out := map[string]bool{}
+	for _, o := range l.dr.defs {
+		if o.upstream != d {
+			continue
+		}
+		for _, f := range append(append([]dField{}, o.group...), o.fields...) {
+			for _, c := range d.fields {
+				if strings.Contains(f.expr, "{"+c.name+"}") {
+					out[c.name] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// alter edits a 1-1 definition with ALTER TRANSFORM: ADD a field, ALTER a
+// field to another formula of the same type, or DROP one no reader uses;
+// the model follows only when the statement commits.
+func (l *lifecycle) alter(d *dDef) error {
+	if len(d.group) > 0 || d.upstream != nil {
+		return nil // an aggregate target is UnsupportedAlter; the pools read base tables
+	}
+	used := l.readByReaders(d)
+	fields := append([]dField{}, d.fields...)
+	var clause string
+	switch l.r.IntN(3) {
+	case 0:
+		f := scalarPool[l.r.IntN(len(scalarPool))]
+		l.added++
+		f.name = fmt.Sprintf("x%d", l.added)
+		clause = "ADD (" + fill(f.expr, false) + ") AS " + ident(f.name)
+		fields = append(fields, f)
+	case 1:
+		for i, f := range fields {
+			if used[f.name] {
+				continue
+			}
+			for _, group := range sameType {
+				if j := slices.Index(group, f.expr); j >= 0 {
+					e := group[(j+1+l.r.IntN(len(group)-1))%len(group)]
+					clause = "ALTER " + ident(f.name) + " AS (" + fill(e, false) + ")"
+					fields[i].expr = e
+					break
+				}
+			}
+			if clause != "" {
+				break
+			}
+		}
+	default:
+		for i, f := range fields {
+			if !used[f.name] && len(fields) > 1 {
+				clause = "DROP " + ident(f.name)
+				fields = append(fields[:i:i], fields[i+1:]...)
+				break
+			}
+		}
+	}
+	if clause == "" {
+		return nil
+	}
+	text := "ALTER TRANSFORM " + ident(d.name) + " " + clause
+	l.note("%s", text)
+	err := l.statement(text)
+	if pe, ok := pgerr.As(err); ok && pe.Variant == "TransformNotLive" {
+		return nil // a capture_failure paused it a moment ago
+	}
+	if err != nil {
+		return err
+	}
+	d.fields = fields
+	l.count("alter")
 	return nil
 }
 

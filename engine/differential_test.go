@@ -47,7 +47,7 @@ type dField struct {
 type dDef struct {
 	name     string
 	src      string // table or upstream definition name
-	srcSQL   string // oracle relation
+	srcSQL   string // oracle relation of a base table (a chain nests its upstream's oracle)
 	key      []string
 	group    []dField
 	fields   []dField
@@ -85,6 +85,15 @@ func (d *dDef) spec() Spec {
 	return s
 }
 
+// sourceSQL is the oracle's relation: the base table, or the upstream's
+// oracle as it reads now (an ALTER TRANSFORM may have changed it).
+func (d *dDef) sourceSQL() string {
+	if d.upstream != nil {
+		return "(" + d.upstream.oracle() + ")"
+	}
+	return d.srcSQL
+}
+
 // oracle renders the definition's from-scratch result.
 func (d *dDef) oracle() string {
 	var cols []string
@@ -95,7 +104,7 @@ func (d *dDef) oracle() string {
 		for _, f := range d.fields {
 			cols = append(cols, "("+fill(f.expr, false)+") AS "+ident(f.name))
 		}
-		return "SELECT " + strings.Join(cols, ", ") + " FROM " + d.srcSQL + " x"
+		return "SELECT " + strings.Join(cols, ", ") + " FROM " + d.sourceSQL() + " x"
 	}
 	var gs []string
 	for _, g := range d.group {
@@ -121,7 +130,7 @@ func (d *dDef) oracle() string {
 		}
 		cols = append(cols, a+" AS "+ident(f.name))
 	}
-	return "SELECT " + strings.Join(cols, ", ") + " FROM " + d.srcSQL + " x GROUP BY " + strings.Join(gs, ", ")
+	return "SELECT " + strings.Join(cols, ", ") + " FROM " + d.sourceSQL() + " x GROUP BY " + strings.Join(gs, ", ")
 }
 
 func (d *dDef) targetSQL() string {
@@ -296,7 +305,7 @@ func (dr *diffRun) genDefs() {
 	for range max(dr.r.IntN(3), dr.minChains) {
 		up := dr.defs[dr.r.IntN(len(dr.defs))]
 		keys, vals := up.outCols()
-		d := &dDef{name: newName(), src: up.name, srcSQL: "(" + up.oracle() + ")", key: keys, upstream: up}
+		d := &dDef{name: newName(), src: up.name, key: keys, upstream: up}
 		var numeric []string
 		for _, v := range vals {
 			if v.agg == AggSum || v.agg == AggCountStar || v.agg == AggCount || v.agg == AggMax && v.expr == "{i}" ||
@@ -308,15 +317,22 @@ func (dr *diffRun) genDefs() {
 			// GROUP BY takes a column: the upstream's first key.
 			c := numeric[dr.r.IntN(len(numeric))]
 			d.group = []dField{{name: keys[0], expr: "{" + keys[0] + "}"}}
-			d.fields = []dField{{name: "cnt", agg: AggCountStar}, {name: "s", agg: AggSum, expr: "{" + c + "}"}, {name: "mx", agg: AggMax, expr: "{" + c + "}"}}
+			d.fields = []dField{{name: "cnt_" + d.name, agg: AggCountStar}, {name: "s_" + d.name, agg: AggSum, expr: "{" + c + "}"},
+				{name: "mx_" + d.name, agg: AggMax, expr: "{" + c + "}"}}
 		} else if !dr.grammar && len(numeric) > 0 && dr.r.IntN(2) == 0 {
 			c := numeric[dr.r.IntN(len(numeric))]
 			d.group = []dField{{name: "big", expr: "{" + c + "} > 10"}}
 			d.fields = []dField{{name: "cnt", agg: AggCountStar}, {name: "s", agg: AggSum, expr: "{" + c + "}"}, {name: "mx", agg: AggMax, expr: "{" + c + "}"}}
 		} else {
-			d.fields = []dField{{name: "copy_" + keys[0], expr: "{" + keys[0] + "}"}}
+			// In grammar mode a field may not take the name of a column of its
+			// source with another formula (42702): name them after the reader.
+			copyName, vName := "copy_"+keys[0], "v"
+			if dr.grammar {
+				copyName, vName = "copy_"+d.name, "v_"+d.name
+			}
+			d.fields = []dField{{name: copyName, expr: "{" + keys[0] + "}"}}
 			if len(numeric) > 0 {
-				d.fields = append(d.fields, dField{name: "v", expr: "{" + numeric[0] + "}"})
+				d.fields = append(d.fields, dField{name: vName, expr: "{" + numeric[0] + "}"})
 			}
 		}
 		dr.defs = append(dr.defs, d)
@@ -654,7 +670,9 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 			dr.life.ddl.Unlock()
 		}
 		if err != nil {
-			cancel()
+			cancel() // the writers and the operator stop before the engines do
+			wg.Wait()
+			fwg.Wait()
 			t.Fatalf("seed %d: define %s: %v", seed, d.name, err)
 		}
 		definedMu.Lock()
@@ -781,8 +799,17 @@ func TestDifferential(t *testing.T) {
 			// fresh seeds of four (a pinned seed replays the program it
 			// failed with, drawn before lifecycle operations existed).
 			life := i >= len(pinnedSeeds) && i%4 != 1 || slices.Contains(pinnedLifecycleSeeds, seed)
-			if d := runDifferential(t, seed, i%4 != 3, life, plants{}, diffWriteFor(), 0); len(d) > 0 {
-				t.Fatalf("seed %d diverged (pin it in pinnedSeeds):\n%s", seed, strings.Join(d, "\n"))
+			if v := os.Getenv("TRELLIS_DIFF_LIFE"); v != "" { // replaying a seed: say how it ran
+				life = v == "1"
+			}
+			faults := i%4 != 3
+			if v := os.Getenv("TRELLIS_DIFF_FAULTS"); v != "" {
+				faults = v == "1"
+			}
+			t.Logf("seed %d: faults %v, lifecycle %v (replay: TRELLIS_DIFF_SEEDS=%d TRELLIS_DIFF_FAULTS=%d TRELLIS_DIFF_LIFE=%d)",
+				seed, faults, life, seed, b2i(faults), b2i(life))
+			if d := runDifferential(t, seed, faults, life, plants{}, diffWriteFor(), 0); len(d) > 0 {
+				t.Fatalf("seed %d diverged (pin it in pinnedSeeds or pinnedLifecycleSeeds):\n%s", seed, strings.Join(d, "\n"))
 			}
 		})
 	}
@@ -812,6 +839,13 @@ func TestDifferentialCatchesPlantedFaults(t *testing.T) {
 
 var _ = errors.New
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func diffWriteFor() time.Duration {
 	if s := os.Getenv("TRELLIS_DIFF_WRITE"); s != "" {
 		if d, err := time.ParseDuration(s); err == nil {
@@ -833,7 +867,7 @@ func (dr *diffRun) diagnose(d *dDef) string {
 		}
 		return ""
 	}()).Scan(&members)
-	dr.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.srcSQL+" x").Scan(&srcRows)
+	dr.pool.QueryRow(ctx, "SELECT count(*) FROM "+d.sourceSQL()+" x").Scan(&srcRows)
 	fmt.Fprintf(&b, "ledger entries %d, source rows %d\n", members, srcRows)
 	if len(d.group) > 0 {
 		var gs, ts []string
