@@ -903,9 +903,10 @@ func (dr *diffRun) diagnose(d *dDef) string {
 		}
 		fmt.Fprintf(&b, "key %+v nullable %v\n", c.Key, c.KeyNullable)
 		// Where the mismatched keys' changes went: batch of each log row.
-		rows, err := dr.pool.Query(ctx, `SELECT format('%s', row(c.key, c.op, c.change_id, c.txid, c.origin_lsn,
+		rows, err := dr.pool.Query(ctx, `SELECT format('%s', row(coalesce(c.key, array_to_string(c.keys, ',')), c.op, c.change_id, c.txid, c.origin_lsn,
 			  (SELECT min(b.seq) FROM trellis._batches b WHERE pg_visible_in_snapshot(c.txid, b.snap)), c.staged_at))
-			FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IN ((`+src+` EXCEPT `+led+`) UNION ALL (`+led+` EXCEPT `+src+`))
+			FROM trellis._change_log c WHERE c.src_table = 'public.' || $1
+			  AND coalesce(c.keys, ARRAY[c.key]) && ARRAY((`+src+` EXCEPT `+led+`) UNION ALL (`+led+` EXCEPT `+src+`))
 			ORDER BY c.change_id LIMIT 40`, d.src)
 		if err == nil {
 			for rows.Next() {
@@ -926,7 +927,7 @@ func (dr *diffRun) diagnose(d *dDef) string {
 			}
 			rows.Close()
 		}
-		rows, err = dr.pool.Query(ctx, `SELECT format('%s', row(c.key, c.op, c.txid, c.staged_at)) FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IS NULL`, d.src)
+		rows, err = dr.pool.Query(ctx, `SELECT format('%s', row(c.key, c.op, c.txid, c.staged_at)) FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IS NULL AND c.keys IS NULL`, d.src)
 		if err == nil {
 			for rows.Next() {
 				var s string

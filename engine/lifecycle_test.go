@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -456,13 +455,10 @@ func TestRewriteBehindCaptureRebuilds(t *testing.T) {
 // read column renamed and back, interleaved at random; after everything is
 // resumed and live, every target equals its recompute.
 //
-// Opt-in (TRELLIS_CHURN=1): one run in about 25 ended with the 1-1 target
-// "one" differing from its recompute (seed 1795965992295727402, while other
-// engineers' drain changes were in the shared tree); not yet diagnosed.
+// It was opt-in after one run in about 25 ended with a target missing a
+// change: the writers' last statement, cancelled by stop() yet committed
+// after the token (runWriters no longer cancels statements in flight).
 func TestLifecycleChurnUnderWriters(t *testing.T) {
-	if os.Getenv("TRELLIS_CHURN") == "" {
-		t.Skip("set TRELLIS_CHURN=1: opt-in until the divergence it once found is diagnosed")
-	}
 	pool := testDB(t)
 	exec(t, pool, `CREATE SEQUENCE sq`)
 	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY DEFAULT nextval('sq'), a int DEFAULT 1, b int DEFAULT 2, c int)`)
