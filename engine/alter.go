@@ -239,8 +239,12 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	for _, f := range res.Added {
 		ddl = append(ddl, "ADD COLUMN "+ident(f)+" "+newType[f])
 	}
-	if _, err := q.Exec(ctx, "ALTER TABLE "+now.target()+" "+strings.Join(ddl, ", ")); err != nil {
-		return nil, err
+	// Only ALTER clauses: the target keeps its columns (and no statement
+	// may be sent: "ALTER TABLE t" alone is a syntax error).
+	if len(ddl) > 0 {
+		if _, err := q.Exec(ctx, "ALTER TABLE "+now.target()+" "+strings.Join(ddl, ", ")); err != nil {
+			return nil, err
+		}
 	}
 	raw, err := json.Marshal(now)
 	if err != nil {
