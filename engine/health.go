@@ -439,6 +439,17 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
+	} else if c.KeyNullable {
+		// A nullable identity (a 1-1 reader of an aggregate target: its keys
+		// are group tuples) has no typed cursor; it is walked in one step,
+		// as its build reads its source in one chunk.
+		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+ident(SourceAlias))
+		if err != nil {
+			return err
+		}
+		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
 	} else {
 		where, args := e.rangeWhere(c, lo, nil, 2)
 		order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
@@ -451,13 +462,20 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 			return err
 		}
 	}
-	if err = e.applyKeys(ctx, tx, cd, keys); err != nil {
-		return err
+	for i := 0; i < len(keys); i += e.cfg.PageSize {
+		if err = e.applyKeys(ctx, tx, cd, keys[i:min(i+e.cfg.PageSize, len(keys))]); err != nil {
+			return err
+		}
 	}
+	// The target phase runs for every 1-1 target: a fresh build (§12.8
+	// fast path) writes 1-1 target rows without ledger entries, so the
+	// ledger alone does not name every key a rebuild must re-derive. It
+	// once skipped nullable identities, and a paused reader of an
+	// aggregate target kept rows for groups that vanished meanwhile.
 	switch {
-	case len(keys) == e.cfg.BuildChunkSize:
+	case len(keys) == e.cfg.BuildChunkSize && !(phase != nil && c.KeyNullable):
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[len(keys)-1])
-	case phase == nil && !c.Spec.IsAggregate() && !c.KeyNullable:
+	case phase == nil && !c.Spec.IsAggregate():
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = NULL, hi = 'target' WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	default:
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
