@@ -511,28 +511,41 @@ func TestLifecycleChurnUnderWriters(t *testing.T) {
 		}
 		time.Sleep(time.Duration(50+rnd(200)) * time.Millisecond)
 	}
-	for _, n := range targets {
-		if st, _, _ := storedStatus(t, e, n); st == "paused" {
-			if _, err := applyText(t, e, "RESUME TRANSFORM "+n); err != nil {
-				t.Fatalf("resume %s: %v", n, err)
+	// Resume every paused transform until all are live: the staging pass
+	// that sees the last rename can pause a reader just after the rename
+	// back (it read the catalog during the rename).
+	settle := func() {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			live := 0
+			for _, n := range targets {
+				switch st, _, _ := storedStatus(t, e, n); st {
+				case "paused":
+					if _, err := applyText(t, e, "RESUME TRANSFORM "+n); err != nil {
+						if pe, ok := pgerr.As(err); !ok || pe.Variant != "TransformNotPaused" {
+							t.Fatalf("resume %s: %v", n, err)
+						}
+					}
+				case "live":
+					live++
+				}
 			}
+			if live == len(targets) {
+				return
+			}
+			if time.Now().After(deadline) {
+				st, _ := e.Status(context.Background())
+				t.Fatalf("not all live: %+v", st)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	for _, n := range targets {
-		awaitLive(t, e, n)
-	}
+	settle()
 	if err := stop(); err != nil {
 		t.Fatalf("an application write failed: %v", err)
 	}
-	// A pause the last pass found (a rename seen late) is resumed too.
-	for _, n := range targets {
-		if st, _, _ := storedStatus(t, e, n); st == "paused" {
-			if _, err := applyText(t, e, "RESUME TRANSFORM "+n); err != nil {
-				t.Fatalf("resume %s: %v", n, err)
-			}
-		}
-		awaitLive(t, e, n)
-	}
+	settle()
 	converge(t, e)
 	assertSameExplained(t, pool, `SELECT id, a2, c FROM one`, `SELECT id, a * 2, c FROM s`, "one", "s")
 	assertSame(t, pool, `SELECT b, n, sa, mc FROM agg`, `SELECT b, COUNT(*), SUM(a), MAX(c) FROM s GROUP BY b`)
