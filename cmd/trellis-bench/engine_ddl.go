@@ -19,13 +19,13 @@ package main
 //
 // The sequence per cell: TRANSFORM of a 1-1 and of a GROUP BY target, and of
 // a third one that is paused, resumed and dropped while the builds run;
-// after both are live (oracle), PAUSE, writes, RESUME, request_backfill
-// while that rebuild runs (oracle once both are live again), ALTER TRANSFORM
-// ADD and DROP, PAUSE/RESUME of one column (each only where this build
-// supports it: a 0A000 refusal is reported as not measured, any other error
-// fails the run), then DROP of both, checked gone. Two full builds per cell
-// at most on today's main: the 1,000,000-row cells cost minutes, not the
-// statements.
+// after both are live (oracle), ALTER TRANSFORM ADD and DROP and PAUSE/RESUME
+// of one column (each only where this build supports it: a 0A000 refusal is
+// reported as not measured, any other error fails the run), PAUSE, writes,
+// RESUME, request_backfill while that rebuild runs (oracle once both are
+// live again, on the large source only in the first repetition), then DROP
+// of both, checked gone. The builds, not the statements, are what make a
+// 1,000,000-row cell cost minutes on a busy box.
 
 import (
 	"context"
@@ -65,6 +65,7 @@ type ddlCell struct {
 	b       *bench
 	lab     *engineLab
 	rows    int
+	large   int // the larger size of the run
 	rep     int
 	pool    *pgxpool.Pool // direct, for setup, oracles and the sampler
 	client  *pgconn.PgConn
@@ -108,7 +109,7 @@ func runApplyLatency(ctx context.Context, b *bench) error {
 			order = []int{large, small}
 		}
 		for _, n := range order {
-			c := &ddlCell{b: b, lab: l, rows: n, rep: rep, liveSec: map[string]float64{}}
+			c := &ddlCell{b: b, lab: l, rows: n, large: large, rep: rep, liveSec: map[string]float64{}}
 			err := c.run(ctx, bin)
 			for _, o := range c.obs {
 				b.out.emit(o.line())
@@ -205,10 +206,16 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 		{label: "TRANSFORM (third)", sql: `TRANSFORM dl_tmp FROM src SELECT v AS v`},
 		{label: "PAUSE (building)", sql: `PAUSE TRANSFORM dl_tmp`},
 		{label: "RESUME (paused while building)", sql: `RESUME TRANSFORM dl_tmp`},
-		// DROP needs a frozen transform (grammar §4.5).
-		{label: "PAUSE (before DROP)", sql: `PAUSE TRANSFORM dl_tmp`},
-		{label: "DROP (paused)", sql: `DROP TRANSFORM dl_tmp`, after: func() error { return c.gone(ctx, "dl_tmp") }},
-		{label: "PAUSE (live)", sql: `PAUSE TRANSFORM dl_one`, before: func() error { return c.awaitLive(ctx, "initial build", "dl_one", "dl_grp") },
+		{label: "DROP (building)", sql: `DROP TRANSFORM dl_tmp`, after: func() error { return c.gone(ctx, "dl_tmp") }},
+		{label: "ALTER TRANSFORM ADD", sql: `ALTER TRANSFORM dl_one ADD v + 1 AS v3`, optional: true,
+			before: func() error { return c.awaitLive(ctx, "initial build", "dl_one", "dl_grp") }},
+		{label: "ALTER TRANSFORM DROP", sql: `ALTER TRANSFORM dl_one DROP v3`, optional: true, needs: "ALTER TRANSFORM ADD",
+			before: func() error { return c.awaitLive(ctx, "ALTER ADD", "dl_one") }},
+		{label: "PAUSE t.col", sql: `PAUSE TRANSFORM dl_one.v2`, optional: true},
+		{label: "RESUME t.col", sql: `RESUME TRANSFORM dl_one.v2`, optional: true, needs: "PAUSE t.col",
+			after: func() error { return c.awaitLive(ctx, "RESUME t.col", "dl_one") }},
+		{label: "PAUSE (live)", sql: `PAUSE TRANSFORM dl_one`,
+			before: func() error { return c.awaitLive(ctx, "initial build", "dl_one", "dl_grp") },
 			after: func() error {
 				// Writes while paused, which the RESUME's rebuild must bring in.
 				_, err := c.client.Exec(ctx, `UPDATE src SET v = v + 1 WHERE id % 97 = 0; DELETE FROM src WHERE id % 101 = 0`).ReadAll()
@@ -217,16 +224,16 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 		{label: "RESUME (paused while live)", sql: `RESUME TRANSFORM dl_one`},
 		// While dl_one rebuilds: a rebuild of everything reading src.
 		{label: "request_backfill", sql: `SELECT trellis.request_backfill('src')`,
-			after: func() error { return c.awaitLive(ctx, "RESUME and request_backfill", "dl_one", "dl_grp") }},
-		{label: "ALTER TRANSFORM ADD", sql: `ALTER TRANSFORM dl_one ADD v + 1 AS v3`, optional: true},
-		{label: "ALTER TRANSFORM DROP", sql: `ALTER TRANSFORM dl_one DROP v3`, optional: true, needs: "ALTER TRANSFORM ADD",
-			before: func() error { return c.awaitLive(ctx, "ALTER ADD", "dl_one") }},
-		{label: "PAUSE t.col", sql: `PAUSE TRANSFORM dl_one.v2`, optional: true},
-		{label: "RESUME t.col", sql: `RESUME TRANSFORM dl_one.v2`, optional: true, needs: "PAUSE t.col",
-			after: func() error { return c.awaitLive(ctx, "RESUME t.col", "dl_one") }},
-		{label: "PAUSE GROUP BY (before DROP)", sql: `PAUSE TRANSFORM dl_grp`},
-		{label: "DROP GROUP BY (paused)", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
-		{label: "PAUSE 1-1 (before DROP)", sql: `PAUSE TRANSFORM dl_one`},
+			after: func() error {
+				// The rebuilds' oracle: always on the small source, once
+				// (rep 0) on the large one, where a rebuild round costs
+				// minutes on a busy box.
+				if c.rows == c.large && c.rep > 0 {
+					return nil
+				}
+				return c.awaitLive(ctx, "RESUME and request_backfill", "dl_one", "dl_grp")
+			}},
+		{label: "DROP GROUP BY", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
 		{label: "DROP 1-1", sql: `DROP TRANSFORM dl_one`, after: func() error { return c.gone(ctx, "dl_one") }},
 	}
 	refused := map[string]bool{}
@@ -381,6 +388,9 @@ func (c *ddlCell) scalar(ctx context.Context, sql string) (string, error) {
 // awaitLive waits through the proxy's await_live for each target, records
 // how long the build took, and checks each against its definition.
 func (c *ddlCell) awaitLive(ctx context.Context, what string, targets ...string) error {
+	if _, done := c.liveSec[what]; done {
+		return nil // the same wait twice in a row (a step before it was refused)
+	}
 	t0 := time.Now()
 	for _, t := range targets {
 		st, err := c.scalar(ctx, fmt.Sprintf(`SELECT trellis.await_live('%s', 1800000)`, t))
