@@ -204,9 +204,12 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 		// A third transform takes the statements that land during its build,
 		// so the two above build undisturbed.
 		{label: "TRANSFORM (third)", sql: `TRANSFORM dl_tmp FROM src SELECT v AS v`},
-		{label: "PAUSE (building)", sql: `PAUSE TRANSFORM dl_tmp`},
+		// Once its build has started (plan or chunks in flight), not
+		// while it still waits for the staging pass.
+		{label: "PAUSE (building)", sql: `PAUSE TRANSFORM dl_tmp`, before: func() error { return c.awaitBuilding(ctx, "dl_tmp") }},
 		{label: "RESUME (paused while building)", sql: `RESUME TRANSFORM dl_tmp`},
-		{label: "DROP (building)", sql: `DROP TRANSFORM dl_tmp`, after: func() error { return c.gone(ctx, "dl_tmp") }},
+		{label: "DROP (building)", sql: `DROP TRANSFORM dl_tmp`, before: func() error { return c.awaitBuilding(ctx, "dl_tmp") },
+			after: func() error { return c.gone(ctx, "dl_tmp") }},
 		{label: "ALTER TRANSFORM ADD", sql: `ALTER TRANSFORM dl_one ADD v + 1 AS v3`, optional: true,
 			before: func() error { return c.awaitLive(ctx, "initial build", "dl_one", "dl_grp") }},
 		{label: "ALTER TRANSFORM DROP", sql: `ALTER TRANSFORM dl_one DROP v3`, optional: true, needs: "ALTER TRANSFORM ADD",
@@ -228,12 +231,23 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 				// The rebuilds' oracle: always on the small source, once
 				// (rep 0) on the large one, where a rebuild round costs
 				// minutes on a busy box.
-				if c.rows == c.large && c.rep > 0 {
+				if c.rows == c.large && (c.rep > 0 || os.Getenv("TRELLIS_BENCH_DDL_LARGE_REBUILD_ORACLE") == "0") {
 					return nil
 				}
 				return c.awaitLive(ctx, "RESUME and request_backfill", "dl_one", "dl_grp")
 			}},
 		{label: "DROP GROUP BY", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
+		// The floor of a DROP: plain DROP TABLE of same-size copies of
+		// the 1-1 target and its ledger (their files are unlinked at
+		// COMMIT, which costs with their size on any filesystem).
+		{label: "DROP TABLE (floor: copies of the 1-1 target and ledger)", sql: `DROP TABLE floor_target, floor_ledger`,
+			before: func() error {
+				_, err := c.pool.Exec(ctx, `CREATE TABLE floor_target AS SELECT id, v2, g FROM dl_one;
+					ALTER TABLE floor_target ADD PRIMARY KEY (id);
+					CREATE TABLE floor_ledger AS SELECT k FROM dl_one__ledger;
+					ALTER TABLE floor_ledger ADD PRIMARY KEY (k)`)
+				return err
+			}},
 		{label: "DROP 1-1", sql: `DROP TRANSFORM dl_one`, after: func() error { return c.gone(ctx, "dl_one") }},
 	}
 	refused := map[string]bool{}
@@ -427,6 +441,26 @@ func (c *ddlCell) hasColumn(ctx context.Context, table, column string) bool {
 	var ok bool
 	c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`, table, column).Scan(&ok)
 	return ok
+}
+
+// awaitBuilding polls the transform's status every 5 ms until its build has
+// started (backfilling) or already ended (live: a small source can build
+// between two polls; the line's state_before says which).
+func (c *ddlCell) awaitBuilding(ctx context.Context, target string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var st string
+		if err := c.pool.QueryRow(ctx, `SELECT status FROM trellis.status WHERE target = $1`, target).Scan(&st); err != nil {
+			return err
+		}
+		if st == "backfilling" || st == "live" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still %s after a minute", target, st)
+		}
+		pause(ctx, 5*time.Millisecond)
+	}
 }
 
 // gone checks that a dropped transform left neither its table nor its
