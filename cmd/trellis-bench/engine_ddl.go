@@ -18,13 +18,14 @@ package main
 // event and the backends blocking it, so a slow statement says why.
 //
 // The sequence per cell: TRANSFORM of a 1-1 and of a GROUP BY target, and of
-// a third one that is paused, resumed and dropped while the builds run;
-// after both are live (oracle), ALTER TRANSFORM ADD and DROP and PAUSE/RESUME
-// of one column (each only where this build supports it: a 0A000 refusal is
-// reported as not measured, any other error fails the run), PAUSE, writes,
-// RESUME, request_backfill while that rebuild runs (oracle once both are
-// live again, on the large source only in the first repetition), then DROP
-// of both, checked gone. The builds, not the statements, are what make a
+// a third one that is paused, resumed, paused and dropped while its build
+// runs; after both are live (oracle), ALTER TRANSFORM ADD and DROP and
+// PAUSE/RESUME of one column (each only where this build supports it: a
+// 0A000 refusal is reported as not measured, any other error fails the run),
+// PAUSE, writes, RESUME, request_backfill while that rebuild runs (oracle
+// once both are live again, on the large source only in the first
+// repetition), then PAUSE and DROP of both (DROP needs a frozen transform),
+// checked gone. The builds, not the statements, are what make a
 // 1,000,000-row cell cost minutes on a busy box.
 
 import (
@@ -208,8 +209,10 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 		// while it still waits for the staging pass.
 		{label: "PAUSE (building)", sql: `PAUSE TRANSFORM dl_tmp`, before: func() error { return c.awaitBuilding(ctx, "dl_tmp") }},
 		{label: "RESUME (paused while building)", sql: `RESUME TRANSFORM dl_tmp`},
-		{label: "DROP (building)", sql: `DROP TRANSFORM dl_tmp`, before: func() error { return c.awaitBuilding(ctx, "dl_tmp") },
-			after: func() error { return c.gone(ctx, "dl_tmp") }},
+		// DROP needs a frozen transform (grammar §4.5): PAUSE while the
+		// rebuild runs, then DROP.
+		{label: "PAUSE (building, before DROP)", sql: `PAUSE TRANSFORM dl_tmp`, before: func() error { return c.awaitBuilding(ctx, "dl_tmp") }},
+		{label: "DROP (paused)", sql: `DROP TRANSFORM dl_tmp`, after: func() error { return c.gone(ctx, "dl_tmp") }},
 		{label: "ALTER TRANSFORM ADD", sql: `ALTER TRANSFORM dl_one ADD v + 1 AS v3`, optional: true,
 			before: func() error { return c.awaitLive(ctx, "initial build", "dl_one", "dl_grp") }},
 		{label: "ALTER TRANSFORM DROP", sql: `ALTER TRANSFORM dl_one DROP v3`, optional: true, needs: "ALTER TRANSFORM ADD",
@@ -236,7 +239,8 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 				}
 				return c.awaitLive(ctx, "RESUME and request_backfill", "dl_one", "dl_grp")
 			}},
-		{label: "DROP GROUP BY", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
+		{label: "PAUSE GROUP BY (before DROP)", sql: `PAUSE TRANSFORM dl_grp`},
+		{label: "DROP GROUP BY (paused)", sql: `DROP TRANSFORM dl_grp`, after: func() error { return c.gone(ctx, "dl_grp") }},
 		// The floor of a DROP: plain DROP TABLE of same-size copies of
 		// the 1-1 target and its ledger (their files are unlinked at
 		// COMMIT, which costs with their size on any filesystem).
@@ -248,7 +252,8 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 					ALTER TABLE floor_ledger ADD PRIMARY KEY (k)`)
 				return err
 			}},
-		{label: "DROP 1-1", sql: `DROP TRANSFORM dl_one`, after: func() error { return c.gone(ctx, "dl_one") }},
+		{label: "PAUSE 1-1 (before DROP)", sql: `PAUSE TRANSFORM dl_one`},
+		{label: "DROP 1-1 (paused)", sql: `DROP TRANSFORM dl_one`, after: func() error { return c.gone(ctx, "dl_one") }},
 	}
 	refused := map[string]bool{}
 	for _, s := range steps {
