@@ -119,38 +119,13 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 		return false, err
 	}
 	acted = tag.RowsAffected() > 0
-	rows, err := conn.Query(ctx, fmt.Sprintf(problemSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
+	_, order, err := e.readProblems(ctx, conn, applyingStatuses)
 	if err != nil {
-		return false, err
-	}
-	failures := map[int64]*captureFailure{}
-	var order []int64
-	for rows.Next() {
-		var id int64
-		var target, table string
-		var tableProblem, name, oldType, nowName, nowType, sameNameType *string
-		var dropped, unbound bool
-		if err := rows.Scan(&id, &target, &table, &tableProblem, &name, &oldType, &nowName, &nowType, &dropped, &sameNameType, &unbound); err != nil {
-			rows.Close()
-			return false, err
-		}
-		if failures[id] != nil {
-			continue
-		}
-		f := describeProblem(target, table, tableProblem, name, oldType, nowName, nowType, dropped, sameNameType, unbound)
-		if f == nil {
-			continue
-		}
-		failures[id] = f
-		order = append(order, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return false, err
 	}
 	for _, id := range order {
 		acted = true
-		if err := e.autoPause(ctx, conn, id, failures[id]); err != nil {
+		if err := e.autoPause(ctx, conn, id); err != nil {
 			return false, err
 		}
 	}
@@ -290,19 +265,73 @@ func describeProblem(target, table string, tableProblem, name, oldType, nowName,
 // autoPause freezes one definition with a capture_failure. Pages stop
 // applying it at once (they read only applying definitions); RESUME
 // re-validates and rebuilds.
-func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) error {
+//
+// The problem is read again under the definition's row lock, in a new
+// statement: the pass's own reading may be stale by then (a column renamed
+// and renamed back, or the transform resumed, while this pass waited for
+// the lock), and a pause on stale evidence would stop a healthy transform.
+func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	var locked bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s d WHERE id = $1 AND %s FOR UPDATE)`,
+		e.tbl("_definitions"), applyingStatuses), id).Scan(&locked); err != nil || !locked {
+		return err
+	}
+	failures, _, err := e.readProblems(ctx, tx, applyingStatuses+" AND d.id = $1", id)
+	if err != nil || failures[id] == nil {
+		return err
+	}
+	f := failures[id]
 	raw, _ := json.Marshal(f)
-	tag, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
 		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
 		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), id, raw)
 	if err != nil {
 		return err
 	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
 	if tag.RowsAffected() > 0 {
 		e.log.Warn("transform paused by a schema change", "definition", id, "reason", f.Error)
 	}
 	return nil
+}
+
+// readProblems runs problemSQL for the definitions filter selects and
+// describes the first problem of each, in id order.
+func (e *Engine) readProblems(ctx context.Context, q Querier, filter string, args ...any) (map[int64]*captureFailure, []int64, error) {
+	rows, err := q.Query(ctx, fmt.Sprintf(problemSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), filter), args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	failures := map[int64]*captureFailure{}
+	var order []int64
+	for rows.Next() {
+		var id int64
+		var target, table string
+		var tableProblem, name, oldType, nowName, nowType, sameNameType *string
+		var dropped, unbound bool
+		if err := rows.Scan(&id, &target, &table, &tableProblem, &name, &oldType, &nowName, &nowType, &dropped, &sameNameType, &unbound); err != nil {
+			return nil, nil, err
+		}
+		if failures[id] != nil {
+			continue
+		}
+		f := describeProblem(target, table, tableProblem, name, oldType, nowName, nowType, dropped, sameNameType, unbound)
+		if f == nil {
+			continue
+		}
+		failures[id] = f
+		order = append(order, id)
+	}
+	return failures, order, rows.Err()
 }
 
 // triggerXmins reads the xmin of each capture trigger of table.
