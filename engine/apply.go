@@ -144,8 +144,9 @@ up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FR
 del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
 DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		cd.freshHead = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM (SELECT ` + liveCols + ` FROM ` + src
-		cd.freshTail = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.target() + ` x WHERE ` +
-			joinf(nk, func(i int) string { return "x." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ") + `)`
+		// ON CONFLICT, not NOT EXISTS: an anti-join's plan may hash the whole
+		// (growing) target on every chunk, quadratic over a build.
+		cd.freshTail = `) live ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO NOTHING`
 		return
 	}
 
@@ -313,9 +314,8 @@ RETURNING t.ctid`
 	cd.freshHead = `WITH live AS (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
 	cd.freshTail = `),
 ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `)
-        SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM live
-        WHERE NOT EXISTS (SELECT 1 FROM ` + c.ledger() + ` e WHERE e.k = live.k) ORDER BY k COLLATE "C"
-        RETURNING ` + gs("") + as("") + `),
+        SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM live ORDER BY k COLLATE "C"
+        ON CONFLICT (k) DO NOTHING RETURNING ` + gs("") + as("") + `),
 d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + ` FROM ins) moves GROUP BY ` + gs("") + `)
 INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
 SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
