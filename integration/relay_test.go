@@ -349,9 +349,12 @@ func TestShutdown(t *testing.T) {
 		var s string
 		done <- busy.QueryRow(context.Background(), "select pg_sleep(1.5)::text").Scan(&s)
 	}()
-	eventually(t, 10*time.Second, "busy query running", func() bool {
+	// Sleeping, not merely active: a backend is also active while it parses
+	// the statement, and between pgx's Parse round trip and its Execute the
+	// session is idle, which shutdown may end.
+	eventually(t, 10*time.Second, "busy query sleeping", func() bool {
 		var n int
-		direct(t).QueryRow(t.Context(), "select count(*) from pg_stat_activity where query like 'select pg_sleep(1.5)%' and state = 'active'").Scan(&n)
+		direct(t).QueryRow(t.Context(), "select count(*) from pg_stat_activity where query like 'select pg_sleep(1.5)%' and state = 'active' and wait_event = 'PgSleep'").Scan(&n)
 		return n > 0
 	})
 	stopped := make(chan error, 1)

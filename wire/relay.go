@@ -149,8 +149,8 @@ func (s *session) clientToServer() {
 			}
 			if k > 0 {
 				syncsSinceExec, copySeen = syncs, cs
-				if debt > 0 {
-					s.addDebt(debt, nil)
+				if debt > 0 && !s.addDebt(debt, nil) {
+					return
 				}
 				if s.intercept != nil {
 					s.flushBatch(&batch)
@@ -211,10 +211,14 @@ func (s *session) clientToServer() {
 			}
 			switch typ {
 			case 'Q', 'F':
-				s.addDebt(1, nil)
+				if !s.addDebt(1, nil) {
+					return
+				}
 			case 'S':
 				syncsSinceExec++
-				s.addDebt(1, nil)
+				if !s.addDebt(1, nil) {
+					return
+				}
 			}
 			if typ == 'X' {
 				// Mark the end before the server can see the Terminate: its
@@ -237,7 +241,9 @@ func (s *session) clientToServer() {
 		case 'Q':
 			if n > maxInspect {
 				s.flushBatch(&batch)
-				s.addDebt(1, nil)
+				if !s.addDebt(1, nil) {
+					return
+				}
 				if s.forwardStream(hdr, n) != nil {
 					gone()
 					return
@@ -256,7 +262,9 @@ func (s *session) clientToServer() {
 					clear(stmts)
 					clear(portals)
 				}
-				s.addDebt(1, nil)
+				if !s.addDebt(1, nil) {
+					return
+				}
 				s.uw.Write(hdr[:])
 				s.uw.Write(body)
 				continue
@@ -362,7 +370,9 @@ func (s *session) clientToServer() {
 				// still discarding
 			case batch.refuse != nil && (batch.forwarded):
 				syncsSinceExec++
-				s.addDebt(1, batch.refuse)
+				if !s.addDebt(1, batch.refuse) {
+					return
+				}
 				s.uw.Write(hdr[:])
 				s.uw.Write(body)
 				batch.reset()
@@ -385,7 +395,9 @@ func (s *session) clientToServer() {
 			default:
 				if sync {
 					syncsSinceExec++
-					s.addDebt(1, nil)
+					if !s.addDebt(1, nil) {
+						return
+					}
 				}
 				s.uw.Write(batch.raw)
 				s.uw.Write(hdr[:])
@@ -568,7 +580,9 @@ func (s *session) runLocal(u *localUnit) bool {
 		return false
 	}
 	u.done = make(chan struct{})
-	s.enqueueUnit(u)
+	if !s.enqueueUnit(u) {
+		return false
+	}
 	// While the unit runs, this pump has nothing to read, so it watches the
 	// client socket: a client that disconnects cancels the unit (a wait
 	// would otherwise run to its timeout for nobody). What a pipelining
@@ -603,14 +617,20 @@ func (s *session) runLocal(u *localUnit) bool {
 	}
 }
 
-func (s *session) enqueueUnit(u *localUnit) {
+func (s *session) enqueueUnit(u *localUnit) bool {
 	s.mu.Lock()
+	if s.endingLocked() {
+		s.mu.Unlock()
+		s.wake()
+		return false
+	}
 	s.plan = append(s.plan, &planEntry{unit: u})
 	front := len(s.plan) == 1
 	s.mu.Unlock()
 	if front {
 		s.wake()
 	}
+	return true
 }
 
 // enqueueFatal ends the session at the next frame boundary with a FATAL
@@ -623,14 +643,32 @@ func (s *session) enqueueFatal(e *pgerr.Error) {
 	s.wake()
 }
 
-func (s *session) addDebt(n int, refuse *pgerr.Error) {
+// addDebt accounts n ReadyForQuery frames upstream will owe for frames about
+// to be written. It returns false, and the caller must write nothing, once a
+// shutdown found the session idle: a statement the client sends after that
+// must not start (Shutdown ends idle sessions at once), and the check shares
+// the lock with the server→client pump's idle check, so a statement is either
+// accounted before the pump ends the session or refused.
+func (s *session) addDebt(n int, refuse *pgerr.Error) bool {
 	s.mu.Lock()
+	if s.endingLocked() {
+		s.mu.Unlock()
+		s.wake()
+		return false
+	}
 	if k := len(s.plan); refuse == nil && k > 0 && s.plan[k-1].unit == nil && s.plan[k-1].errBeforeZ == nil {
 		s.plan[k-1].owed += n
 	} else {
 		s.plan = append(s.plan, &planEntry{owed: n, errBeforeZ: refuse})
 	}
 	s.mu.Unlock()
+	return true
+}
+
+// endingLocked reports that shutdown ends the session now: forced, or
+// graceful with nothing owed and no transaction open. Callers hold s.mu.
+func (s *session) endingLocked() bool {
+	return s.shutdown == 2 || s.shutdown == 1 && len(s.plan) == 0 && s.info.TxStatus() == 'I'
 }
 
 func (s *session) subDebt(n int) {
@@ -866,11 +904,10 @@ func (s *session) runPlanFront() (outcome string, end bool) {
 		if len(s.plan) > 0 {
 			front = s.plan[0]
 		}
-		level := s.shutdown
-		idle := front == nil && s.info.TxStatus() == 'I'
+		ending := s.endingLocked()
 		s.mu.Unlock()
 		if front == nil || front.unit == nil {
-			if level == 2 || level == 1 && idle {
+			if ending {
 				s.cw.Write(encodeError(s.wbuf[:0], fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"), false, nil))
 				s.cw.Flush()
 				return "shutdown", true

@@ -203,7 +203,7 @@ func (s *Server) ActiveSessions() int { return int(s.active.Load()) }
 // busy ones when they become idle; when ctx ends first, the remaining
 // sessions get 57P01 and are closed. It returns when every session is gone.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.beginClose()
+	s.beginClose(false)
 	for {
 		s.mu.Lock()
 		for sess := range s.sessions {
@@ -229,21 +229,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close stops accepting and ends every session at once (FATAL 57P01 where
 // the client can still be written, then the sockets are closed).
 func (s *Server) Close() error {
-	s.beginClose()
-	s.mu.Lock()
-	for sess := range s.sessions {
-		sess.requestShutdown(true)
-	}
-	s.mu.Unlock()
+	s.beginClose(true)
 	return nil
 }
 
 // Wait blocks until Serve's connections have all ended.
 func (s *Server) Wait() { s.wg.Wait() }
 
-func (s *Server) beginClose() {
+// beginClose marks every session for shutdown before it closes the
+// listeners, all under mu (which addSession takes): once a client can see
+// the listener gone, no session is left that does not know it must end.
+func (s *Server) beginClose(force bool) {
 	s.mu.Lock()
 	s.closing = true
+	for sess := range s.sessions {
+		sess.requestShutdown(force)
+	}
 	for ln := range s.lns {
 		ln.Close()
 	}
