@@ -81,6 +81,7 @@ func (s *session) clientToServer() {
 		syncsSinceExec int
 		copySeen       bool
 		batch          c2sBatch
+		slowUntilEnd   bool // the routed scan found no whole batch: go frame by frame to the batch's end
 		stmts          = map[string]*localStmt{}
 		portals        = map[string]*localPortal{}
 	)
@@ -169,6 +170,44 @@ func (s *session) clientToServer() {
 				continue
 			}
 		}
+		if s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal && batch.refuse == nil {
+			// Routed, but only whole batches of ordinary statements: relay
+			// them raw, as the relay without routing would. Wait for the
+			// client's next write first, so its batch is scanned whole
+			// (an error is left for peekHeader below to report).
+			if s.cr.Buffered() < 5 {
+				s.cr.Peek(5)
+			}
+		}
+		if s.cr.Buffered() >= 5 && s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal && batch.refuse == nil {
+			b, _ := s.cr.Peek(s.cr.Buffered())
+			if r := s.scanRouted(b, max, syncsSinceExec, len(batch.raw) > 0 || batch.forwarded, stmts, portals); r.k > 0 {
+				if r.debt > 0 && !s.addDebt(r.debt, nil) {
+					return
+				}
+				syncsSinceExec = r.syncs
+				s.flushBatch(&batch)
+				if r.flushed {
+					batch.forwarded = true
+				} else {
+					batch.reset()
+				}
+				if r.lastEnd > 0 {
+					s.c2sRun = 0
+				}
+				s.c2sRun += r.k - r.lastEnd
+				s.relayed.c2sMsgs.Add(uint64(r.msgs))
+				s.relayed.c2sBytes.Add(uint64(r.k))
+				if _, err := s.uw.Write(b[:r.k]); err != nil {
+					gone()
+					return
+				}
+				s.cr.Discard(r.k)
+				continue
+			}
+			// Scanning again before the batch ends would be quadratic.
+			slowUntilEnd = true
+		}
 		typ, n, err := peekHeader(s.cr, max)
 		if err != nil {
 			if e, ok := pgerr.As(err); ok {
@@ -179,6 +218,9 @@ func (s *session) clientToServer() {
 			}
 			gone()
 			return
+		}
+		if typ == 'S' || typ == 'Q' {
+			slowUntilEnd = false
 		}
 		hdr[0] = typ
 		binary.BigEndian.PutUint32(hdr[1:], uint32(n+4))
@@ -962,4 +1004,104 @@ func (s *session) upstreamLost(err error) string {
 	s.cw.Write(encodeError(s.wbuf[:0], fatal(pgerr.ConnectionFailure, "lost connection to the upstream server"), false, nil))
 	s.cw.Flush()
 	return "upstream_error"
+}
+
+// routedRun is the part of a buffered client stream the routed path may
+// forward as raw frames: whole batches whose every frame stays upstream's.
+type routedRun struct {
+	k, msgs, debt, lastEnd int
+	syncs                  int  // syncsSinceExec after the run
+	flushed                bool // the run ends at a Flush inside a batch
+}
+
+// scanRouted finds, at the start of b, the whole frames the interceptor
+// would leave to upstream unchanged, ending at a Sync, a Flush or a simple
+// Query, so they can be written in one go instead of being decoded and held
+// back frame by frame (D1). It looks only at a Parse's or Query's text (the
+// interceptor's Classify, the router's prefilter for ordinary SQL) and at
+// the names a frame refers to. Everything else stops the run before the
+// frame, for the frame-by-frame path: a local or rewritten statement, a
+// name of a local statement or portal, a malformed or oversized frame, and
+// the frames of copy, function call and Terminate. The run never ends
+// inside a batch, so a batch the slow path would refuse whole (a Trellis
+// statement sharing its Sync batch) is never partly forwarded by it.
+// pending says frames of the current batch are already held back.
+func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts map[string]*localStmt, portals map[string]*localPortal) routedRun {
+	var r routedRun
+	r.syncs = syncs
+	k, msgs, debt := 0, 0, 0
+	for len(b)-k >= 5 {
+		typ := b[k]
+		l := int64(binary.BigEndian.Uint32(b[k+1:]))
+		if l < 4 || l-4 > int64(max) || int64(len(b)-k-1) < l {
+			break
+		}
+		body := b[k+5 : k+1+int(l)]
+		switch typ {
+		case 'P':
+			if len(body) > maxInspect {
+				return r
+			}
+			name, query, ok := scanParse(body)
+			if !ok || stmts[string(name)] != nil {
+				return r
+			}
+			if route := s.intercept.Classify(s.info, string(query)); route.Local || route.Rewrite != "" {
+				return r
+			}
+		case 'B':
+			portal, stmt, ok := scanBind(body)
+			if !ok || stmts[string(stmt)] != nil || portals[string(portal)] != nil {
+				return r
+			}
+		case 'D', 'C':
+			if len(body) < 2 || body[0] != 'S' && body[0] != 'P' {
+				return r
+			}
+			name, _, ok := scanCString(body[1:])
+			if !ok || body[0] == 'S' && stmts[string(name)] != nil || body[0] == 'P' && portals[string(name)] != nil {
+				return r
+			}
+		case 'E':
+			portal, rest, ok := scanCString(body)
+			if !ok || len(rest) < 4 || portals[string(portal)] != nil {
+				return r
+			}
+			syncs = 0
+		case 'S', 'H':
+			if len(body) > batchCap {
+				return r
+			}
+		case 'Q':
+			if pending || len(body) > maxInspect {
+				return r
+			}
+			sql := string(body[:max0(len(body)-1)])
+			if s.intercept.Classify(s.info, sql).Local || (len(stmts) > 0 || len(portals) > 0) && isDiscardAll(sql) {
+				return r
+			}
+			syncs = 0
+		default:
+			return r
+		}
+		k += int(l) + 1
+		msgs++
+		switch typ {
+		case 'S':
+			syncs++
+			debt++
+			fallthrough
+		case 'Q':
+			if typ == 'Q' {
+				debt++
+			}
+			pending = false
+			r = routedRun{k: k, msgs: msgs, debt: debt, lastEnd: k, syncs: syncs}
+		case 'H':
+			r = routedRun{k: k, msgs: msgs, debt: debt, lastEnd: r.lastEnd, syncs: syncs, flushed: true}
+		default:
+			pending = true
+		}
+	}
+	return r
 }
