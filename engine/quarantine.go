@@ -296,6 +296,25 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 			RETURNING deaths`, e.tbl("_key_deaths")), f.def, f.table, f.key, errMessage(f.err), codeOf(f.err)).Scan(&deaths); err != nil {
 			return err
 		}
+		// A key another page held after this one read the holds (its page
+		// read _poison before that commit): the death is stale, and kept it
+		// would stay forever (a held key is skipped, so nothing applies it
+		// cleanly again). The upsert above waited out the holding page's
+		// own death-row delete, so this statement sees its hold. The skipped
+		// change lowers the hold's origin, as poisonedKeys does.
+		tag, err := tx.Exec(ctx, fmt.Sprintf(`WITH held AS (UPDATE %[1]s p SET origin_lsn =
+			  CASE WHEN p.origin_lsn IS NULL OR $4::text IS NULL THEN NULL ELSE least(p.origin_lsn, $4::text::pg_lsn) END
+			  WHERE p.definition_id = $1 AND p.src_table = $2 AND p.key = $3 RETURNING 1)
+			DELETE FROM %[2]s kd WHERE kd.definition_id = $1 AND kd.src_table = $2 AND kd.key = $3 AND EXISTS (SELECT 1 FROM held)`,
+			e.tbl("_poison"), e.tbl("_key_deaths")), f.def, f.table, f.key, m.origin)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() > 0 {
+			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.c.TargetText,
+				"table", f.table, "key", f.key)
+			continue
+		}
 		if deaths < deathsToPoison {
 			e.log.Info("key failed; retried in a later batch", "definition", f.def, "target", cd.c.TargetText,
 				"table", f.table, "key", f.key, "deaths", deaths, "err", errMessage(f.err))

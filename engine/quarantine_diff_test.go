@@ -12,6 +12,12 @@ import (
 	"time"
 )
 
+// pinnedQuarantineSeeds once failed TestDifferentialQuarantine; they run on
+// every fast lane. 1796115132893343322: a page charged a death to a key
+// another page had just held, and the stale death never cleared (settle
+// timed out).
+var pinnedQuarantineSeeds = []uint64{1796115132893343322}
+
 // TestDifferentialQuarantine is the differential test with planted failing
 // rows: every random table also feeds a 1-1 and an aggregate definition whose
 // formula divides by (i + 1000), and a planter sets i = -1000 on up to two
@@ -22,7 +28,7 @@ import (
 func TestDifferentialQuarantine(t *testing.T) {
 	seeds := diffSeeds()
 	if os.Getenv("TRELLIS_DIFF_SEEDS") == "" {
-		seeds = seeds[len(pinnedSeeds)+len(pinnedLifecycleSeeds):]
+		seeds = append(append([]uint64{}, pinnedQuarantineSeeds...), seeds[len(pinnedSeeds)+len(pinnedLifecycleSeeds):]...)
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
@@ -138,7 +144,7 @@ func runQuarantineDifferential(t *testing.T, seed uint64, writeFor time.Duration
 		count(t, pool, `SELECT 1 FROM trellis._batches WHERE state <> 'drained'`) > 0 ||
 		count(t, pool, `SELECT 1 FROM trellis._batch_buckets WHERE last_error IS NOT NULL`) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("seed %d: quarantine did not settle\n%s", seed, logBuf.String())
+			t.Fatalf("seed %d: quarantine did not settle\n%s\n%s", seed, settleState(t, pool), logBuf.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -209,4 +215,29 @@ func runQuarantineDifferential(t *testing.T, seed uint64, writeFor time.Duration
 	t.Logf("seed %d: %d tables, %d definitions, %d commits, planted %v, held %v", seed, len(dr.tables), len(dr.defs),
 		dr.commits.Load(), planted, held)
 	return out
+}
+
+// settleState lists what keeps the quarantine test from settling: death
+// counts, undrained batches, failing buckets, holds.
+func settleState(t *testing.T, pool Querier) string {
+	var b strings.Builder
+	for _, q := range []string{
+		`SELECT format('death %s', row(definition_id, src_table, key, deaths, last_failed_at)) FROM trellis._key_deaths`,
+		`SELECT format('batch %s', row(seq, state, sealed_at, done_mask, bucket_count)) FROM trellis._batches WHERE state <> 'drained'`,
+		`SELECT format('bucket %s', row(batch_seq, bucket, attempts, last_error, next_attempt_at)) FROM trellis._batch_buckets WHERE last_error IS NOT NULL`,
+		`SELECT format('held %s', row(definition_id, src_table, key, poisoned_at)) FROM trellis._poison`,
+	} {
+		rows, err := pool.Query(context.Background(), q)
+		if err != nil {
+			fmt.Fprintf(&b, "%v\n", err)
+			continue
+		}
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			b.WriteString(s + "\n")
+		}
+		rows.Close()
+	}
+	return b.String()
 }
