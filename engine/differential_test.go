@@ -913,11 +913,14 @@ func (dr *diffRun) diagnose(d *dDef) string {
 		}
 		fmt.Fprintf(&b, "key %+v nullable %v\n", c.Key, c.KeyNullable)
 		// Where the mismatched keys' changes went: batch of each log row.
-		rows, err := dr.pool.Query(ctx, `SELECT format('%s', row(coalesce(c.key, array_to_string(c.keys, ',')), c.op, c.change_id, c.txid, c.origin_lsn,
+		// One line per mismatched key of each log row: a captured statement's
+		// row holds its keys in keys, a rederive's in key.
+		rows, err := dr.pool.Query(ctx, `SELECT format('%s', row(k.key, c.op, c.change_id, cardinality(c.keys), c.txid, c.origin_lsn,
 			  (SELECT min(b.seq) FROM trellis._batches b WHERE pg_visible_in_snapshot(c.txid, b.snap)), c.staged_at))
-			FROM trellis._change_log c WHERE c.src_table = 'public.' || $1
-			  AND coalesce(c.keys, ARRAY[c.key]) && ARRAY((`+src+` EXCEPT `+led+`) UNION ALL (`+led+` EXCEPT `+src+`))
-			ORDER BY c.change_id LIMIT 40`, d.src)
+			FROM trellis._change_log c CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)
+			WHERE c.src_table = 'public.' || $1
+			  AND k.key IN ((`+src+` EXCEPT `+led+`) UNION ALL (`+led+` EXCEPT `+src+`))
+			ORDER BY c.change_id, k.key LIMIT 80`, d.src)
 		if err == nil {
 			for rows.Next() {
 				var s string

@@ -200,11 +200,14 @@ func explainKeys(t testing.TB, q Querier, target, src string) string {
 		rows.Close()
 	}
 	lines("ledger", `SELECT format('%s', l) FROM `+ident(target+"__ledger")+` l WHERE l.k IN (`+keys+`)`)
-	lines("log", `SELECT format('%s', row(coalesce(c.key, array_to_string(c.keys, ',')), c.op, c.change_id, c.txid, c.staged_at,
+	// A captured statement's row holds its keys in keys (key is a
+	// rederive's single key): one line per mismatched key of each row.
+	lines("log", `SELECT format('%s', row(k.key, c.op, c.change_id, cardinality(c.keys), c.txid, c.staged_at,
 		(SELECT min(b.seq) FROM trellis._batches b WHERE pg_visible_in_snapshot(c.txid, b.snap))))
-		FROM trellis._change_log c WHERE c.src_table = 'public.' || $1
-		  AND (coalesce(c.keys, ARRAY[c.key]) && ARRAY(`+keys+`) OR c.key IS NULL AND c.keys IS NULL)
-		ORDER BY c.change_id`, src)
+		FROM trellis._change_log c CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)
+		WHERE c.src_table = 'public.' || $1
+		  AND (k.key IN (`+keys+`) OR c.key IS NULL AND c.keys IS NULL)
+		ORDER BY c.change_id, k.key`, src)
 	lines("batch", `SELECT format('%s', row(seq, snap, sealed_at, drained_at)) FROM trellis._batches ORDER BY seq DESC LIMIT 5`)
 	lines("definition", `SELECT format('%s', row(id, compiled #>> '{spec,target,name}', status, version, build_id, status_detail))
 		FROM trellis._definitions ORDER BY id`)
