@@ -20,11 +20,24 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
-// captureGuard is the head of a capture function: an empty statement returns
-// at once, and a key column that is missing or has another type than the
-// one the function was generated for makes the statement log one 'schema'
-// marker row instead of running the keyed INSERT (which would fail the
-// writer's statement). The staging worker then pauses the readers.
+// captureGuard is the head of a capture function: a key column that is
+// missing or has another type than the one the function was generated for
+// makes the statement log one 'schema' marker row instead of running the
+// keyed INSERT (which would fail the writer's statement, or log keys in
+// another rendering). The staging worker then pauses the readers.
+//
+// The fast probe reads pg_attribute, and so sees the catalog as of the
+// writer's snapshot: in REPEATABLE READ or SERIALIZABLE a snapshot older
+// than a committed rename, drop or re-type still shows the old column,
+// while the keyed INSERT is planned against the current catalog. So the
+// probe trusts only row versions nothing has updated or deleted (xmax = 0):
+// a unique (attrelid, attname) row never touched since it was written is
+// the current one whatever the snapshot's age. Anything else (a change, or
+// a row version the snapshot may hold stale) takes the slow path, which
+// asks the planner: pg_typeof of each key column of the transition table,
+// resolved against the current catalog, with 42703 (undefined column)
+// caught. Its subtransaction writes nothing, so it takes no XID. Nothing
+// here depends on the isolation level.
 func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	var rel string
 	switch event {
@@ -37,18 +50,30 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	}
 	names := make([]string, len(p.key))
 	pairs := make([]string, len(p.key))
+	now := make([]string, len(p.key))
+	want := make([]string, len(p.key))
 	for i, k := range p.key {
 		names[i] = lit(k.Name)
 		pairs[i] = "(" + lit(k.Name) + "::name, " + lit(k.Type) + "::regtype::oid)"
+		now[i] = "pg_typeof((SELECT x." + ident(k.Name) + " FROM " + rel + " x LIMIT 0))"
+		want[i] = lit(k.Type) + "::regtype"
 	}
-	// One unique-index probe per key column on pg_attribute (attrelid, attname).
-	_ = rel // one SPI statement only: each costs about as much as the keyed INSERT's planning
+	// One unique-index probe per key column on pg_attribute (attrelid,
+	// attname) in one SPI statement: each costs about as much as the keyed
+	// INSERT's planning.
 	return `  -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   IF (SELECT count(*) FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN (` + strings.Join(names, ", ") + `)
-      AND NOT attisdropped AND (attname, atttypid) IN (` + strings.Join(pairs, ", ") + `)) <> ` + itoa(len(p.key)) + ` THEN
-    INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
-    VALUES (` + lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
-    RETURN NULL;
+      AND NOT attisdropped AND (attname, atttypid) IN (` + strings.Join(pairs, ", ") + `) AND xmax = 0) <> ` + itoa(len(p.key)) + ` THEN
+    -- Changed, or seen through a snapshot that may be stale: ask the current catalog.
+    BEGIN
+      v_s := CASE WHEN ARRAY[` + strings.Join(now, ", ") + `] = ARRAY[` + strings.Join(want, ", ") + `] THEN 'ok' END;
+    EXCEPTION WHEN undefined_column THEN v_s := NULL;
+    END;
+    IF v_s IS NULL THEN
+      INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
+      VALUES (` + lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
+      RETURN NULL;
+    END IF;
   END IF;`
 }
 
