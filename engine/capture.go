@@ -14,7 +14,7 @@ import (
 
 // captureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
-const captureVersion = "5"
+const captureVersion = "6"
 
 var captureEvents = []string{"insert", "update", "delete", "truncate"}
 
@@ -24,6 +24,10 @@ type capturePlan struct {
 	key      []keyCol
 	nullable bool
 	hash     string
+	// keyTypes are the OIDs of the key columns' types, resolved by
+	// installCapture: the guard compares OIDs, since a type name cast in
+	// the function would raise 42704 in the writer once the type is renamed.
+	keyTypes []uint32
 }
 
 func (e *Engine) newCapturePlan(table string, key []keyCol, nullable bool) *capturePlan {
@@ -31,6 +35,14 @@ func (e *Engine) newCapturePlan(table string, key []keyCol, nullable bool) *capt
 	kj, _ := json.Marshal(key)
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s", captureVersion, e.cfg.Schema, e.workerRole, table, nullable, kj)
 	return &capturePlan{table: table, key: key, nullable: nullable, hash: hex.EncodeToString(h.Sum(nil))[:32]}
+}
+
+func (p *capturePlan) keyTypeNames() []string {
+	out := make([]string, len(p.key))
+	for i, k := range p.key {
+		out[i] = k.Type
+	}
+	return out
 }
 
 func (e *Engine) tableTag(table string) string {
@@ -170,6 +182,15 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 			return false, err
 		}
 		e.log.Warn("capture repaired; readers rebuild", "table", p.table)
+	}
+	if err := tx.QueryRow(ctx, `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
+		p.keyTypeNames()).Scan(&p.keyTypes); err != nil {
+		return false, err
+	}
+	for i, oid := range p.keyTypes {
+		if oid == 0 {
+			return false, fmt.Errorf("installing capture on %s: key type %s does not resolve", p.table, p.key[i].Type)
+		}
 	}
 	for _, s := range e.captureDDL(p) {
 		if _, err := tx.Exec(ctx, s); err != nil {

@@ -54,9 +54,10 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	want := make([]string, len(p.key))
 	for i, k := range p.key {
 		names[i] = lit(k.Name)
-		pairs[i] = "(" + lit(k.Name) + "::name, " + lit(k.Type) + "::regtype::oid)"
-		now[i] = "pg_typeof((SELECT x." + ident(k.Name) + " FROM " + rel + " x LIMIT 0))"
-		want[i] = lit(k.Type) + "::regtype"
+		oid := itoa(int(p.keyTypes[i]))
+		pairs[i] = "(" + lit(k.Name) + "::name, " + oid + "::oid)"
+		now[i] = "pg_typeof((SELECT x." + ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
+		want[i] = oid + "::oid"
 	}
 	// One unique-index probe per key column on pg_attribute (attrelid,
 	// attname) in one SPI statement: each costs about as much as the keyed

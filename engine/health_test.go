@@ -389,3 +389,39 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 		}
 	}
 }
+
+// Renaming the type of a key column changes nothing capture keys on (the
+// type's OID): writes go on and log their keys. The guard once cast the
+// type's name, so a freshly planned guard failed every write with 42704.
+func TestKeyTypeRenameKeepsCapture(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	cfg := fastConfig()
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
+	e, _ := startEngine(t, pool, cfg)
+	exec(t, pool, `CREATE DOMAIN kd AS int; CREATE TABLE s (id kd PRIMARY KEY, a int)`)
+	p := e.newCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: `"public"."kd"`, FullType: `"public"."kd"`}}, false)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.installCapture(ctx, conn.Conn(), p); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	conn.Release()
+	exec(t, pool, `ALTER DOMAIN kd RENAME TO kd_renamed`)
+	pool.Reset() // fresh sessions: every capture function is planned anew
+	for i, stmt := range []string{`INSERT INTO s VALUES (1, 1), (2, 2)`, `UPDATE s SET a = a + 1`, `DELETE FROM s WHERE id = 1`} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%q failed because of capture: %v", stmt, err)
+		}
+		var markers, keyed int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 'schema'), count(*) FILTER (WHERE op <> 'schema')
+			FROM trellis._change_log WHERE src_table = '"public"."s"'`).Scan(&markers, &keyed); err != nil {
+			t.Fatal(err)
+		}
+		if markers != 0 || keyed != i+1 {
+			t.Fatalf("after %q: %d schema markers, %d keyed rows", stmt, markers, keyed)
+		}
+	}
+}
