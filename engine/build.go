@@ -9,20 +9,36 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
 // definition in one transaction holding the task row's lock, like a page.
+// A task whose definition's fence is refused (a lifecycle statement holds
+// or waits for it) is left for later and another definition's is tried.
 func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	conn, err := e.workers.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Release()
+	var fenced []int64
+	for {
+		did, refused, err := e.buildTry(ctx, conn, fenced)
+		if refused == 0 {
+			return did, err
+		}
+		fenced = append(fenced, refused)
+	}
+}
+
+// buildTry runs the first open task of a definition not in skip; refused
+// is the task's definition when its fence was refused (nothing done).
+func (e *Engine) buildTry(ctx context.Context, conn *pgxpool.Conn, skip []int64) (did bool, refused int64, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	defer tx.Rollback(context.Background())
 	var taskID, defID, build int64
@@ -30,15 +46,27 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	var lo, hi *string
 	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT t.id, t.definition_id, t.build_id, t.kind, t.lo, t.hi
 		FROM %s t JOIN %s d ON d.id = t.definition_id AND d.build_id = t.build_id AND d.status = 'backfilling'
-		WHERE t.state = 'open' AND coalesce(t.next_attempt_at, '-infinity') <= now()
-		ORDER BY t.kind DESC, t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, e.tbl("_build_tasks"), e.tbl("_definitions"))).
+		WHERE t.state = 'open' AND coalesce(t.next_attempt_at, '-infinity') <= now() AND t.definition_id <> ALL(coalesce($1::bigint[], '{}'))
+		ORDER BY t.kind DESC, t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, e.tbl("_build_tasks"), e.tbl("_definitions")), skip).
 		Scan(&taskID, &defID, &build, &kind, &lo, &hi)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return false, 0, nil
 	}
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
+	var got bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), defID).Scan(&got); err != nil {
+		return false, 0, err
+	}
+	if !got {
+		return false, defID, nil
+	}
+	did, err = e.runBuildTask(ctx, tx, taskID, defID, build, kind, lo, hi)
+	return did, 0, err
+}
+
+func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) (bool, error) {
 	t0 := time.Now()
 	serr := e.runTask(ctx, tx, taskID, defID, build, kind, lo, hi)
 	e.log.Debug("build task", "definition", defID, "kind", kind, "took", time.Since(t0), "err", serr)
@@ -64,7 +92,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
 		return err
 	}
-	// Fence against pause/drop/alter, like a page.
+	// The row lock against pause/drop/alter, like a page (after the fence).
 	var version int64
 	var raw []byte
 	var fresh bool

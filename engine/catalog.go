@@ -214,6 +214,7 @@ $fn$;
 
 func (e *Engine) renderCatalogSQL(s string) string {
 	s = strings.ReplaceAll(s, "{{SL}}", strings.ReplaceAll(ident(e.cfg.Schema), "'", "''"))
+	s = strings.ReplaceAll(s, "{{FENCE}}", itoa(int(e.fenceClass())))
 	return strings.ReplaceAll(s, "{{S}}", ident(e.cfg.Schema))
 }
 

@@ -126,6 +126,7 @@ BEGIN
   DELETE FROM {{S}}._column_failures WHERE definition_id = def_id AND column_name = col;
   PERFORM {{S}}._field_build(def_id, col);
   FOR i IN 1 .. coalesce(cardinality(downs), 0) LOOP
+    PERFORM {{S}}._fence_definition(downs[i]); -- before any lock of it, as everywhere
     SELECT pc.local INTO dlocal FROM {{S}}._paused_columns pc
     WHERE pc.definition_id = downs[i] AND pc.column_name = dcols[i] FOR UPDATE;
     CONTINUE WHEN NOT FOUND OR dlocal;

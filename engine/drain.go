@@ -433,22 +433,25 @@ type skippedReader struct {
 // readers returns the applying definitions reading any of tables, locked
 // FOR SHARE in id order (§12.6 step 2), and those it skipped because
 // another transaction holds their row (§12.8 "Locks held by a client
-// transaction"): a client transaction that paused, altered or dropped one
-// transform and stays open stalls only that transform's share of the
-// stream. A definition seen applying here whose lock is skipped may have
+// transaction") or holds or waits for their fence (fence.go): a client
+// transaction that paused, altered or dropped one transform and stays open
+// stalls only that transform's share of the stream, and a lifecycle
+// statement waits only for the pages already in flight. A definition seen applying here whose lock is skipped may have
 // been paused or dropped by then; deferring its keys is then harmless (the
 // staging worker drops them).
 func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, []skippedReader, error) {
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH cand AS (
 		  SELECT d.id, r.table_name FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
 		  WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')),
+		fenced AS MATERIALIZED (
+		  SELECT c.id FROM (SELECT DISTINCT id FROM cand) c WHERE pg_try_advisory_xact_lock_shared($2, %[3]s)),
 		locked AS (
 		  SELECT d.id, d.version, d.compiled FROM %[1]s d
-		  WHERE d.id IN (SELECT id FROM cand) AND d.status IN ('backfilling', 'live')
+		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live')
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
 		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
-		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads")), tables)
+		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), fenceObject("c.id")), tables, e.fenceClass())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -548,7 +551,7 @@ func (e *Engine) deferKeys(ctx context.Context, tx pgx.Tx, skipped []skippedRead
 }
 
 // resolveDeferred stages again the deferred keys of every definition whose
-// row is no longer locked: as 'rederive' rows (same origin and hop, so
+// row and fence are free: as 'rederive' rows (same origin and hop, so
 // convergence stays pending without a gap) while it applies, or a rebuild
 // for a deferred truncate; a paused, rebuilding or dropped definition's are
 // dropped, its rebuild covers them. It reports whether any remain.
@@ -569,13 +572,16 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH free AS (
 		  SELECT d.id, d.status IN ('backfilling', 'live') AS applying FROM %[1]s d
-		  WHERE d.id IN (SELECT definition_id FROM %[2]s) ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
+		  WHERE d.id IN (SELECT c.id FROM (SELECT DISTINCT definition_id AS id FROM %[2]s) c
+		                 WHERE pg_try_advisory_xact_lock_shared($1, %[4]s))
+		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
 		moved AS (DELETE FROM %[2]s x USING free WHERE x.definition_id = free.id
 		  RETURNING x.definition_id, x.src_table, x.key, x.whole, x.origin_lsn, x.hop, free.applying),
 		staged AS (INSERT INTO %[3]s (src_table, key, op, definition_id, origin_lsn, hop)
 		  SELECT src_table, key, 'rederive', definition_id, origin_lsn, hop FROM moved WHERE applying AND NOT whole
 		  RETURNING 1)
-		SELECT DISTINCT definition_id FROM moved WHERE applying AND whole`, e.tbl("_definitions"), e.tbl("_deferred"), e.tbl("_change_log")))
+		SELECT DISTINCT definition_id FROM moved WHERE applying AND whole`, e.tbl("_definitions"), e.tbl("_deferred"), e.tbl("_change_log"),
+		fenceObject("c.id")), e.fenceClass())
 	if err != nil {
 		return false, err
 	}

@@ -302,6 +302,9 @@ func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error 
 		return err
 	}
 	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), id); err != nil {
+		return err
+	}
 	var locked bool
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s d WHERE id = $1 AND %s FOR UPDATE)`,
 		e.tbl("_definitions"), applyingStatuses), id).Scan(&locked); err != nil || !locked {

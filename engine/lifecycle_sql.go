@@ -6,11 +6,17 @@ package engine
 // role owns the transform (D9). Migrate replaces them on every run, like
 // privilegedFunctions. {{S}} is the quoted catalog schema.
 const lifecycleFunctions = `
+-- The definition fence (fence.go), exclusive, until the transaction ends:
+-- taken before the definition row's FOR UPDATE by every lifecycle function.
+CREATE OR REPLACE FUNCTION {{S}}._fence_definition(def_id bigint) RETURNS void
+LANGUAGE sql VOLATILE AS $fn$ SELECT pg_advisory_xact_lock({{FENCE}}, (def_id & 2147483647)::int4) $fn$;
+
 CREATE OR REPLACE FUNCTION {{S}}._lifecycle_check(acting regrole, def_id bigint) RETURNS record
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE d record;
 BEGIN
   PERFORM {{S}}._check_acting(acting);
+  PERFORM {{S}}._fence_definition(def_id);
   SELECT id, status, owner_role, target_table INTO d FROM {{S}}._definitions WHERE id = def_id FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'transform % does not exist', def_id USING ERRCODE = '42704',
@@ -90,7 +96,7 @@ END $fn$;
 -- its target stays readable. Takes effect at the caller's COMMIT.
 CREATE OR REPLACE FUNCTION {{S}}._request_backfill(acting regrole, rel oid, source_table text, only_target text) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE canon text; d record; out text[] := '{}';
+DECLARE canon text; d record; fid bigint; out text[] := '{}';
 BEGIN
   PERFORM {{S}}._check_acting(acting);
   IF rel IS NULL THEN
@@ -103,6 +109,14 @@ BEGIN
     RAISE EXCEPTION 'transform % does not read %', only_target, canon USING ERRCODE = '42704',
       DETAIL = 'trellis: not_found/TransformNotFound';
   END IF;
+  -- Fences first, in id order, so no page overtakes the row locks below.
+  FOR fid IN SELECT x.id FROM {{S}}._definitions x
+             WHERE x.status IN ('backfilling', 'live') AND (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
+               AND EXISTS (SELECT 1 FROM {{S}}._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)
+             ORDER BY x.id
+  LOOP
+    PERFORM {{S}}._fence_definition(fid);
+  END LOOP;
   FOR d IN SELECT x.id, x.owner_role, x.target_table, x.compiled #>> '{spec,target,name}' AS bare
            FROM {{S}}._definitions x
            WHERE x.status IN ('backfilling', 'live') AND (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
@@ -131,7 +145,7 @@ END $fn$;
 -- The surface's trellis.request_backfill(source_table, only_target) (package
 -- virtualtables) resolves the table as the caller spells it and calls this.
 
-REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint), {{S}}._fence_definition(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
   {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;

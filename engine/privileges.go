@@ -104,6 +104,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE d record; readers text;
 BEGIN
   PERFORM {{S}}._check_acting(acting);
+  PERFORM {{S}}._fence_definition(x.id) FROM {{S}}._definitions x WHERE x.target_table = format('%I.%I', tschema, tname);
   SELECT id, compiled, target_table, owner_role, status INTO d FROM {{S}}._definitions
   WHERE target_table = format('%I.%I', tschema, tname) FOR UPDATE;
   IF NOT FOUND THEN

@@ -473,8 +473,8 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 		return false, err
 	}
 	defer tx.Rollback(ctx)
-	// Cheap check first: the row lock below queues behind every page holding
-	// the definition FOR SHARE, and pages queue behind it.
+	// Cheap check first: the fence below waits for every page holding the
+	// definition, and new pages defer its keys meanwhile.
 	var pending bool
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND kind = 'plan')
 		OR EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND state <> 'done')`, e.tbl("_build_tasks")), build).Scan(&pending); err != nil {
@@ -482,6 +482,10 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 	}
 	if pending {
 		return false, nil
+	}
+	// The fence first, so pages cannot keep the row lock from us (fence.go).
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), id); err != nil {
+		return false, err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {
 		return false, err
