@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
@@ -120,16 +120,27 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return e.refreshStep(ctx, tx, taskID, cd)
 	}
 	if kind == "plan" {
-		n, err := e.plan(ctx, tx, cd, build, fresh)
+		// One step of the walk per transaction; the task keeps its cursor
+		// (lo) and the rows counted so far (rows_done, while open), so a
+		// lifecycle statement waits for one step, never a whole-table walk,
+		// and a killed worker's successor goes on from the last commit.
+		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, lo)
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
-		if err != nil {
+		if !finished {
+			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+				e.tbl("_build_tasks")), taskID, next, n)
+			return err
+		}
+		var total int64
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %[1]s t SET state = 'done', rows_done = 0
+			FROM (SELECT coalesce(rows_done, 0) AS before FROM %[1]s WHERE id = $1) o
+			WHERE t.id = $1 RETURNING o.before + $2::bigint`, e.tbl("_build_tasks")), taskID, n).Scan(&total); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET build_rows_estimated = $2 WHERE id = $1 AND build_id = $3",
-			e.tbl("_definitions")), defID, n, build)
+			e.tbl("_definitions")), defID, total, build)
 		return err
 	}
 	// A chunk: read the range's keys, then lock and re-derive them like a page.
@@ -199,9 +210,14 @@ func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []a
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
-// plan walks the source key and records chunk tasks (lo, hi]; it stops at
-// the current maximum: later rows are captured.
-func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh bool) (int64, error) {
+// planStepRows bounds the source keys one plan step walks.
+const planStepRows = 100_000
+
+// plan walks the source key after lo and records chunk tasks (lo, hi], at
+// most planStepRows keys' worth; finished, it stopped at the current
+// maximum (later rows are captured), else next is where the following step
+// goes on. It returns the rows it planned.
+func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh bool, lo *string) (n int64, next *string, finished bool, err error) {
 	c := cd.c
 	size := e.cfg.BuildChunkSize
 	if fresh {
@@ -216,20 +232,26 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 	}
 	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) VALUES ($1, $2, 'chunk', $3, $4)", e.tbl("_build_tasks"))
 	if c.KeyNullable {
-		var n int64
 		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+c.source()).Scan(&n); err != nil {
-			return 0, err
+			return 0, nil, false, err
 		}
 		_, err := tx.Exec(ctx, ins, cd.id, build, nil, nil)
-		return n, err
+		return n, nil, err == nil, err
 	}
+	stepRows := planStepRows
+	if e.plant.planStepRows > 0 {
+		stepRows = e.plant.planStepRows
+	}
+	steps := max(1, stepRows/size)
 	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
 	orderW := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " DESC" }, ", ")
 	from := " FROM " + c.source() + " AS " + ident(SourceAlias)
 	key := keySQL(ident(SourceAlias), c.Key, false)
 	var total int64
-	var lo *string
-	for {
+	for step := 0; ; step++ {
+		if step == steps {
+			return total, lo, false, nil
+		}
 		// The key size rows on: one walk of the key's index, nothing kept.
 		where, args := e.rangeWhere(c, lo, nil, 2)
 		var hi *string
@@ -237,14 +259,14 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 			append([]any{size - 1}, args...)...).Scan(&hi)
 		if err == nil {
 			if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
-				return 0, err
+				return 0, nil, false, err
 			}
 			total += int64(size)
 			lo = hi
 			continue
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, err
+			return 0, nil, false, err
 		}
 		// Fewer than size rows left: the last chunk ends at the current
 		// maximum (rows inserted later are captured).
@@ -252,14 +274,14 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 		var n int64
 		err = tx.QueryRow(ctx, "SELECT (SELECT "+key+from+where+" ORDER BY "+orderW+" LIMIT 1), (SELECT count(*)"+from+where+")", args...).Scan(&hi, &n)
 		if err != nil {
-			return 0, err
+			return 0, nil, false, err
 		}
 		if n > 0 {
 			if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
-				return 0, err
+				return 0, nil, false, err
 			}
 		}
-		return total + n, nil
+		return total + n, nil, true, nil
 	}
 }
 

@@ -153,6 +153,7 @@ type plants struct {
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
 	keepLog             bool // never retire (diagnostics)
 	pageHook            func(stage string)
+	planStepRows        int // keys one plan step walks; 0: planStepRows
 }
 
 // New returns an engine over pool. The pool's role is the workers' role
