@@ -109,9 +109,11 @@ BEGIN
     RAISE EXCEPTION 'transform % does not read %', only_target, canon USING ERRCODE = '42704',
       DETAIL = 'trellis: not_found/TransformNotFound';
   END IF;
-  -- Fences first, in id order, so no page overtakes the row locks below.
+  -- Fences first, in id order, so no page overtakes the row locks below;
+  -- whatever the status: one waiting_to_backfill now may be building by the
+  -- time the loop below reads it.
   FOR fid IN SELECT x.id FROM {{S}}._definitions x
-             WHERE x.status IN ('backfilling', 'live') AND (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
+             WHERE (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
                AND EXISTS (SELECT 1 FROM {{S}}._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)
              ORDER BY x.id
   LOOP
