@@ -33,7 +33,7 @@ type capturePlan struct {
 func (e *Engine) newCapturePlan(table string, key []keyCol, nullable bool) *capturePlan {
 	h := sha256.New()
 	kj, _ := json.Marshal(key)
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s", captureVersion, e.cfg.Schema, e.workerRole, table, nullable, kj)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s", captureVersion, e.cfg.Schema, e.workerRole(), table, nullable, kj)
 	return &capturePlan{table: table, key: key, nullable: nullable, hash: hex.EncodeToString(h.Sum(nil))[:32]}
 }
 
@@ -80,7 +80,7 @@ BEGIN
 ` + e.captureGuard(p, event) + `
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
   v_s := current_setting('trellis.origin', true);
-  IF session_user = ` + lit(e.workerRole) + ` AND coalesce(v_s, '') <> '' THEN
+  IF session_user = ` + lit(e.workerRole()) + ` AND coalesce(v_s, '') <> '' THEN
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
   ELSE

@@ -139,8 +139,10 @@ type Engine struct {
 	cacheMu sync.Mutex
 	cache   map[int64]*compiledDef
 
-	workerRole string
-	states     workerStates // this process's workers, for trellis.proxy_workers
+	// workerRole is the instance's workers' role, read from the marker by
+	// Run; atomic because tests build capture plans while Run starts.
+	workerRoleV atomic.Pointer[string]
+	states      workerStates // this process's workers, for trellis.proxy_workers
 
 	plant plants // test-only faults; zero in production
 }
@@ -251,7 +253,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
-	e.workerRole = role
+	e.workerRoleV.Store(&role)
 	defer e.states.clear()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return e.listen(gctx) })
@@ -406,4 +408,13 @@ func (e *Engine) Pause(ctx context.Context, q Querier, target TableName) error {
 func (e *Engine) Resume(ctx context.Context, q Querier, target TableName) error {
 	_, err := e.ApplyText(ctx, q, "RESUME TRANSFORM "+ident(target.Name), ApplyOptions{})
 	return err
+}
+
+// workerRole is the workers' role as Run read it from the instance marker
+// ("" before that).
+func (e *Engine) workerRole() string {
+	if r := e.workerRoleV.Load(); r != nil {
+		return *r
+	}
+	return ""
 }

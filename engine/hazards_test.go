@@ -201,7 +201,8 @@ func TestSealWindowsExactlyOnce(t *testing.T) {
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.workerRole = "postgres"
+	role := "postgres"
+	e.workerRoleV.Store(&role)
 	conn, err := pgx.ConnectConfig(ctx, e.workers.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)

@@ -75,6 +75,11 @@ func startEngine(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Engine, context
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
+	// Run reads the workers' role first; tests that render capture by hand
+	// (newCapturePlan) need it, as the staging worker does.
+	for deadline := time.Now().Add(30 * time.Second); e.workerRole() == "" && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	stopped := false
 	stop := func() {
 		if stopped {
