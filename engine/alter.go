@@ -265,7 +265,11 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		names []string
 	}{{"added", res.Added}, {"altered", res.Altered}, {"dropped", res.Dropped}} {
 		if len(x.names) > 0 {
-			parts = append(parts, x.verb+" "+strings.Join(x.names, ", "))
+			quoted := make([]string, len(x.names))
+			for i, n := range x.names {
+				quoted[i] = grammar.QuoteIdentIfNeeded(n)
+			}
+			parts = append(parts, x.verb+" "+strings.Join(quoted, ", "))
 		}
 	}
 	a.Notice = fmt.Sprintf("transform %s altered: %s", d.text, strings.Join(parts, "; "))

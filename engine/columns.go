@@ -39,6 +39,10 @@ import (
 // acting role are internal: closed to PUBLIC, called by the functions
 // below and by the workers (the column fuse). Migrate replaces them on
 // every run.
+//
+// Addresses they return (transform.field) are written as a statement
+// would take them, each part as quote_ident renders it: notices, hints and
+// the applied row's resumed list show them as they are typed back.
 const columnFunctions = `
 DROP FUNCTION IF EXISTS {{S}}._resume_column(regrole, bigint, text);
 
@@ -85,7 +89,7 @@ BEGIN
     INSERT INTO {{S}}._column_pause_edges (up_definition_id, up_column, down_definition_id, down_column)
       VALUES (def_id, col, r.reader_id, r.field) ON CONFLICT DO NOTHING;
     IF fresh THEN
-      out := out || (r.reader || '.' || r.field) || {{S}}._pause_cascade(r.reader_id, r.field);
+      out := out || (quote_ident(r.reader) || '.' || quote_ident(r.field)) || {{S}}._pause_cascade(r.reader_id, r.field);
     END IF;
   END LOOP;
   RETURN out;
@@ -134,7 +138,7 @@ BEGIN
                           WHERE e.down_definition_id = downs[i] AND e.down_column = dcols[i]);
     SELECT d.status, d.compiled #>> '{spec,target,name}' INTO dstat, dname FROM {{S}}._definitions d WHERE d.id = downs[i] FOR UPDATE;
     CONTINUE WHEN dstat IN ('paused', 'quarantined');
-    out := out || (dname || '.' || dcols[i]) || {{S}}._release_column(downs[i], dcols[i]);
+    out := out || (quote_ident(dname) || '.' || quote_ident(dcols[i])) || {{S}}._release_column(downs[i], dcols[i]);
   END LOOP;
   RETURN out;
 END $fn$;
@@ -147,7 +151,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
   PERFORM {{S}}._lifecycle_check(acting, def_id);
   RETURN QUERY SELECT pc.column_name, pc.local,
-      ARRAY(SELECT (u.compiled #>> '{spec,target,name}') || '.' || e.up_column
+      ARRAY(SELECT quote_ident(u.compiled #>> '{spec,target,name}') || '.' || quote_ident(e.up_column)
             FROM {{S}}._column_pause_edges e JOIN {{S}}._definitions u ON u.id = e.up_definition_id
             WHERE e.down_definition_id = pc.definition_id AND e.down_column = pc.column_name ORDER BY 1)
     FROM {{S}}._paused_columns pc WHERE pc.definition_id = def_id ORDER BY 1;
@@ -196,14 +200,14 @@ BEGIN
     RAISE EXCEPTION 'transform % is %, not live', d.target_table, d.status USING ERRCODE = '55000',
       DETAIL = 'trellis: conflict/DefinitionNotLive';
   END IF;
-  SELECT string_agg((u.compiled #>> '{spec,target,name}') || '.' || e.up_column, ', ' ORDER BY 1) INTO up
+  SELECT string_agg(quote_ident(u.compiled #>> '{spec,target,name}') || '.' || quote_ident(e.up_column), ', ' ORDER BY 1) INTO up
   FROM {{S}}._column_pause_edges e JOIN {{S}}._definitions u ON u.id = e.up_definition_id
   WHERE e.down_definition_id = def_id AND e.down_column = col;
   IF up IS NOT NULL THEN
     RAISE EXCEPTION 'column % of % is held by paused %', col, d.target_table, up USING ERRCODE = '55000',
       DETAIL = 'trellis: conflict/UpstreamColumnPaused';
   END IF;
-  RETURN ARRAY[(SELECT x.compiled #>> '{spec,target,name}' FROM {{S}}._definitions x WHERE x.id = def_id) || '.' || col]
+  RETURN ARRAY[(SELECT quote_ident(x.compiled #>> '{spec,target,name}') FROM {{S}}._definitions x WHERE x.id = def_id) || '.' || quote_ident(col)]
     || {{S}}._release_column(def_id, col);
 END $fn$;
 

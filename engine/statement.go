@@ -170,9 +170,8 @@ func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.
 		}
 		return nil, err
 	}
-	qualified := pgx.Identifier{target.Schema, target.Name}.Sanitize()
-	return &Applied{Kind: "dropped", Target: st.Target.Name, TargetTable: qualified, Warnings: []string{},
-		Notice: fmt.Sprintf("transform %s dropped with its table", qualified), CommandTag: st.CommandTag()}, nil
+	return &Applied{Kind: "dropped", Target: st.Target.Name, TargetTable: d.text, Warnings: []string{},
+		Notice: fmt.Sprintf("transform %s dropped with its table", d.text), CommandTag: st.CommandTag()}, nil
 }
 
 // findTransform finds a transform by its bare target name (unique across the
