@@ -263,7 +263,11 @@ func (x *execution) applyText(ctx context.Context, fn, text string) error {
 		return pgerr.Newf(pgerr.InvalidParameterValue, "nothing was applied: trellis.define takes a TRANSFORM statement, not %s", st.CommandTag()).
 			WithHint("use trellis.apply for other statements")
 	}
-	a, err := x.i.cfg.Engine.Apply(ctx, querier{x.up}, st, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
+	var a *engine.Applied
+	err = x.underLockTimeout(ctx, "trellis."+fn+"("+st.CommandTag()+")", 0, x.keepsSettings(), func() (err error) {
+		a, err = x.i.cfg.Engine.Apply(ctx, querier{x.up}, st, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
+		return err
+	})
 	if err != nil {
 		return internal(err)
 	}

@@ -48,7 +48,11 @@ type Config struct {
 	// CallBudget bounds each Trellis statement and proxy-answered call
 	// other than a wait (surface §13); 0 means none.
 	CallBudget time.Duration
-	Logger     *slog.Logger
+	// LockTimeout bounds the lock waits of a Trellis statement's SQL in the
+	// client's session, unless the session's lock_timeout is shorter
+	// (surface §13); 0 leaves the session's value alone.
+	LockTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // Interceptor implements wire.Interceptor and wire.Describer.
@@ -119,6 +123,8 @@ type execution struct {
 	w  wire.ResultWriter
 	// wrapped is true while the proxy holds a transaction it opened itself.
 	wrapped bool
+	// last is true while the string's last statement runs.
+	last bool
 }
 
 func (x *execution) run(ctx context.Context, plan *router.Plan) error {
@@ -130,6 +136,7 @@ func (x *execution) run(ctx context.Context, plan *router.Plan) error {
 	}
 	for k := range plan.Units {
 		u := &plan.Units[k]
+		x.last = k == len(plan.Units)-1
 		uctx, cancel := x.budget(ctx, u)
 		err := x.unit(uctx, u)
 		if err != nil && context.Cause(uctx) == errCallBudget {
@@ -227,7 +234,11 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 		if u.Err != nil {
 			return u.Err
 		}
-		a, err := x.i.cfg.Engine.Apply(ctx, querier{x.up}, u.Stmt, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
+		var a *engine.Applied
+		err := x.underLockTimeout(ctx, u.Stmt.CommandTag(), int(u.Stmt.Position()), x.keepsSettings(), func() (err error) {
+			a, err = x.i.cfg.Engine.Apply(ctx, querier{x.up}, u.Stmt, engine.ApplyOptions{InTransactionBlock: !x.wrapped})
+			return err
+		})
 		if err != nil {
 			return shift(err, u.CharOffset)
 		}
@@ -237,6 +248,11 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 	}
 	return nil
 }
+
+// keepsSettings says whether the session goes on after the statement
+// running now: anything but the last statement of the proxy's own
+// transaction, whose COMMIT ends what the statement SET LOCAL.
+func (x *execution) keepsSettings() bool { return !x.wrapped || !x.last }
 
 // fail ends the string after an error: the proxy's own transaction is
 // rolled back; in the client's block the upstream transaction is made to

@@ -97,7 +97,7 @@ func newTrellisSide(ctx context.Context, cfg Config, upURL string, up wire.Upstr
 	t.interceptor = intercept.New(intercept.Config{
 		Engine: e, Schema: cfg.Schema, Database: t.database, Logger: log, Migrate: migrate,
 		MetricsText: func() string { return metricsText(reg) },
-		Relations:   t.relations.rows, CallBudget: cfg.CallBudget,
+		Relations:   t.relations.rows, CallBudget: cfg.CallBudget, LockTimeout: cfg.LockTimeout,
 	})
 	return t, nil
 }
