@@ -29,12 +29,23 @@ type compiledDef struct {
 	// groupValue is each aggregate field's value for target row "t2",
 	// from its accumulators or the ledger (refreshSQL).
 	groupValue map[string]string
-	// A fresh build's chunk (§12.8, build.go freshChunk) is freshHead, the
-	// range's WHERE over the source, then freshTail: one set-based
-	// statement writing the range's target rows (1-1) or its ledger entries
-	// and their group increments (aggregates, RETURNING the touched groups'
-	// ctids), skipping keys a page already wrote.
-	freshHead, freshTail string
+	// A fresh build's chunk (§12.8, build.go freshChunk) is one set-based
+	// statement (freshSQL) writing the range's target rows (1-1) or its
+	// ledger entries (aggregates), skipping keys a page already wrote;
+	// groupsSQL is the aggregate build's last step, every group row
+	// written once from the ledger.
+	freshHead, freshMid, freshTail string
+	groupsSQL                      string
+}
+
+// freshSQL is a fresh chunk's statement: srcWhere (" WHERE …" or "")
+// selects the range over the source alias, tgtConds (over alias "t2", the
+// same parameters) the same range over a 1-1 target's key.
+func (cd *compiledDef) freshSQL(srcWhere string, tgtConds []string) string {
+	if cd.freshMid == "" {
+		return cd.freshHead + srcWhere + cd.freshTail
+	}
+	return cd.freshHead + srcWhere + cd.freshMid + strings.Join(append(tgtConds, cd.freshTail), " AND ") + ")"
 }
 
 // refreshSQL rewrites the given aggregate fields of every group from what
@@ -144,9 +155,18 @@ up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FR
 del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
 DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		cd.freshHead = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM (SELECT ` + liveCols + ` FROM ` + src
-		// ON CONFLICT, not NOT EXISTS: an anti-join's plan may hash the whole
-		// (growing) target on every chunk, quadratic over a build.
-		cd.freshTail = `) live ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO NOTHING`
+		if c.KeyNullable {
+			// One chunk (no range), a NULL-safe match no anti-join can hash.
+			cd.freshTail = `) live ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO NOTHING`
+			return
+		}
+		// A plain insert of the keys the target lacks, not ON CONFLICT DO
+		// NOTHING: a speculative insertion per row cost about twice the
+		// insert itself. The anti-join reads only the chunk's own range of
+		// the target (the rows pages wrote there), never the whole growing
+		// target, which made an unbounded NOT EXISTS quadratic over a build.
+		cd.freshMid = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.target() + ` AS t2 WHERE `
+		cd.freshTail = joinf(nk, func(i int) string { return "t2." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
 		return
 	}
 
@@ -267,7 +287,10 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		e := "e.g" + itoa(i)
 		return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
 	}, " AND ")
-	recomputeAgg := func(i int) string {
+	// recomputeAgg is a recomputed field over ledger entries "e": one
+	// group's (a subquery for target row t2), or the aggregate alone for a
+	// GROUP BY over the entries (grouped).
+	recomputeAgg := func(i int, perRow bool) string {
 		f := c.Spec.Fields[i]
 		a := "e.a" + itoa(c.FieldArg[i])
 		var agg string
@@ -279,6 +302,9 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		if f.Cast != "" {
 			agg = "(" + agg + ")::" + f.Cast
 		}
+		if !perRow {
+			return agg
+		}
 		return "(SELECT " + agg + " FROM " + c.ledger() + " e WHERE e.member AND " + groupMatch + ")"
 	}
 	// What each field is, computed for target row t2 from what is kept for
@@ -286,7 +312,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	cd.groupValue = map[string]string{}
 	for i, f := range c.Spec.Fields {
 		if c.Recompute[i] {
-			cd.groupValue[f.Name] = recomputeAgg(i)
+			cd.groupValue[f.Name] = recomputeAgg(i, true)
 		} else {
 			cd.groupValue[f.Name] = incExpr(f, c.FieldArg[i], accOwn)
 		}
@@ -311,16 +337,31 @@ RETURNING t.ctid`
 		lcols += ", a" + itoa(i)
 	}
 	lcols += sks("")
-	cd.freshHead = `WITH live AS (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
-	cd.freshTail = `),
-ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `)
-        SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM live ORDER BY k COLLATE "C"
-        ON CONFLICT (k) DO NOTHING RETURNING ` + gs("") + as("") + `),
-d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + ` FROM ins) moves GROUP BY ` + gs("") + `)
-INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
-SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
-ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
-RETURNING t.ctid`
+	// A fresh chunk writes ledger entries only (the groups step writes
+	// the group rows once, from the ledger). The chunk holds the ledger
+	// against pages, so an entry present is one a page committed: probed
+	// per row (a subplan, never a hash of the growing ledger) and skipped;
+	// a plain insert, because ON CONFLICT's speculative insertion cost
+	// about twice the insert itself.
+	cd.freshHead = `INSERT INTO ` + c.ledger() + ` (` + lcols + `)
+SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
+	cd.freshTail = `) live
+WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER BY k COLLATE "C"`
+	// Every group from its members, as derive's increments would leave it
+	// from nothing (the same dcols with sign 1), recomputed fields included.
+	gcolsAll, gvals := []string{gcols}, []string{gs("")}
+	gcolsAll = append(gcolsAll, insCols...)
+	gvals = append(gvals, insVals...)
+	var raggs []string
+	for _, i := range recompute {
+		gcolsAll = append(gcolsAll, ident(c.Spec.Fields[i].Name))
+		gvals = append(gvals, "__r"+itoa(i))
+		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+itoa(i))
+	}
+	cd.groupsSQL = `INSERT INTO ` + c.target() + ` (` + strings.Join(gcolsAll, ", ") + `)
+SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + strings.Join(raggs, "") + `
+  FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d
+ORDER BY ` + gs("")
 	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
 	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
 	if len(recompute) > 0 {
@@ -328,7 +369,7 @@ RETURNING t.ctid`
 		for _, i := range recompute {
 			f := c.Spec.Fields[i]
 			name := ident(f.Name)
-			subs = append(subs, recomputeAgg(i)+" AS __r"+itoa(i))
+			subs = append(subs, recomputeAgg(i, true)+" AS __r"+itoa(i))
 			sets = append(sets, name+" = m.__r"+itoa(i))
 			// Renderings, not =: numeric 1.5 and 1.50 differ.
 			diffs = append(diffs, "t."+name+"::text IS DISTINCT FROM m.__r"+itoa(i)+"::text")

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,8 +43,9 @@ func (e *Engine) buildTry(ctx context.Context, conn *pgxpool.Conn, skip []int64)
 	var kind string
 	var lo, hi *string
 	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT t.id, t.definition_id, t.build_id, t.kind, t.lo, t.hi
-		FROM %s t JOIN %s d ON d.id = t.definition_id AND d.build_id = t.build_id AND d.status = 'backfilling'
+		FROM %[1]s t JOIN %[2]s d ON d.id = t.definition_id AND d.build_id = t.build_id AND d.status = 'backfilling'
 		WHERE t.state = 'open' AND coalesce(t.next_attempt_at, '-infinity') <= now() AND t.definition_id <> ALL(coalesce($1::bigint[], '{}'))
+		  AND (t.kind <> 'groups' OR NOT EXISTS (SELECT 1 FROM %[1]s o WHERE o.build_id = t.build_id AND o.kind <> 'groups' AND o.state <> 'done'))
 		ORDER BY t.kind DESC, t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, e.tbl("_build_tasks"), e.tbl("_definitions")), skip).
 		Scan(&taskID, &defID, &build, &kind, &lo, &hi)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -119,6 +118,9 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if kind == "refresh" {
 		return e.refreshStep(ctx, tx, taskID, cd)
 	}
+	if kind == "groups" {
+		return e.groupsStep(ctx, tx, taskID, cd)
+	}
 	if kind == "plan" {
 		// One step of the walk per transaction; the task keeps its cursor
 		// (lo) and the rows counted so far (rows_done, while open), so a
@@ -150,7 +152,8 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	where, args := e.rangeWhere(c, lo, hi, 1)
 	done := int64(-1)
 	if fresh {
-		if done, err = e.freshChunk(ctx, tx, cd, where, args); err != nil {
+		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
+		if done, err = e.freshChunk(ctx, tx, cd, build, cd.freshSQL(where, tgtConds), args); err != nil {
 			return err
 		}
 	}
@@ -183,12 +186,21 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 // rangeWhere renders " WHERE key > lo AND key <= hi" over the source alias,
 // comparing typed key columns as a row; parameters start at $first.
 func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []any) {
+	conds, args := e.rangeConds(c, ident(SourceAlias), lo, hi, first)
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// rangeConds are rangeWhere's conditions over the key columns of alias.
+func (e *Engine) rangeConds(c *compiled, alias string, lo, hi *string, first int) ([]string, []any) {
 	if c.KeyNullable {
-		return "", nil // nullable identities (aggregate targets) build in one chunk
+		return nil, nil // nullable identities (aggregate targets) build in one chunk
 	}
 	var conds []string
 	var args []any
-	cols := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+	cols := joinf(len(c.Key), func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ")
 	bound := func(k string, op string) {
 		parts, _ := decodeKey(k, len(c.Key), false)
 		var ps []string
@@ -204,10 +216,7 @@ func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []a
 	if hi != nil {
 		bound(*hi, "<=")
 	}
-	if len(conds) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return conds, args
 }
 
 // planStepRows bounds the source keys one plan step walks.
@@ -225,8 +234,8 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 		// transactions (a page of this definition waits for one chunk).
 		size = e.cfg.FreshChunkSize
 		if c.Spec.IsAggregate() {
-			// Aggregate chunks run one at a time and upsert every group
-			// they touch: bigger chunks upsert each group fewer times.
+			// Aggregate chunks run one at a time (the other worker waits
+			// out its lock timeout on the ledger): fewer, bigger ones.
 			size *= 4
 		}
 	}
@@ -321,58 +330,51 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 }
 
 // freshChunk builds a chunk of a fresh build (§12.8 fast path) in one
-// set-based statement instead of per-key locks and re-derives. It first
+// set-based statement q instead of per-key locks and re-derives. It first
 // locks the ledger against this definition's pages (every page takes ROW
-// EXCLUSIVE on it before writing), then reads the range in the next
-// statement, so its read is newer than every page that wrote these keys,
-// and every page after it re-derives from a newer read still: the
-// ordering a page's entry lock gives, for the whole range at once.
+// EXCLUSIVE on it before writing either table), then reads the range in
+// the next statement, so its read is newer than every page that wrote
+// these keys, and every page after it re-derives from a newer read still:
+// the ordering a page's entry lock gives, for the whole range at once.
 // Because the ledger and target were empty at the build start, a key a
 // page already wrote is correct up to changes still pending (which later
 // pages apply) and is skipped; every other key is written from the read:
 // 1-1 target rows (no ledger entries: a page creates one when it needs
-// it), or aggregate entries and their group increments. 1-1 chunks share
-// the lock and run in parallel; aggregate chunks write the ledger, so they
-// take SHARE ROW EXCLUSIVE and run one at a time (they would contend on the
-// group rows anyway). It returns the rows written, or -1 when the statement
-// failed on the data (an expression error, a row edited into the target
-// by hand): the chunk then takes the locked path, which isolates the keys.
-func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, where string, args []any) (int64, error) {
+// it), or aggregate ledger entries only, the group rows being written once
+// by the build's groups step (groupsStep). 1-1 chunks share the lock and
+// run in parallel; aggregate chunks write the ledger, so they take SHARE
+// ROW EXCLUSIVE and run one at a time. It returns the rows written, or -1
+// when the statement failed on the data (an expression error, a row edited
+// into the target by hand): the chunk then takes the locked path, which
+// isolates the keys.
+func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
+	agg := cd.c.Spec.IsAggregate()
 	mode := "SHARE"
-	if cd.c.Spec.IsAggregate() {
+	if agg {
 		mode = "SHARE ROW EXCLUSIVE"
 	}
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN "+mode+" MODE"); err != nil {
 		return 0, err
 	}
-	// The range is sorted (entries go into the ledger's index in order) and
-	// grouped in memory rather than in temporary files.
+	if agg {
+		// With the chunk, atomically: a build whose chunk wrote entries
+		// only cannot go live before its groups are written. Idempotent,
+		// so a build planned by an older binary gets one too.
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s (definition_id, build_id, kind)
+			SELECT $1, $2, 'groups' WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $2 AND kind = 'groups')`,
+			e.tbl("_build_tasks")), cd.id, build); err != nil {
+			return 0, err
+		}
+	}
+	// The range is sorted (entries go into the ledger's index in order)
+	// in memory rather than in temporary files.
 	if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
 		return 0, err
 	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
 		return 0, err
 	}
-	q := cd.freshHead + where + cd.freshTail
-	var n int64
-	var err error
-	if !cd.c.Spec.IsAggregate() {
-		var tag pgconn.CommandTag
-		if tag, err = tx.Exec(ctx, q, args...); err == nil {
-			n = tag.RowsAffected()
-		}
-	} else {
-		var rows pgx.Rows
-		if rows, err = tx.Query(ctx, q, args...); err == nil {
-			var tids []pgtype.TID
-			if tids, err = pgx.CollectRows(rows, pgx.RowTo[pgtype.TID]); err == nil {
-				n = int64(len(tids))
-				if cd.recompute != "" && len(tids) > 0 {
-					_, err = tx.Exec(ctx, cd.recompute, tids)
-				}
-			}
-		}
-	}
+	tag, err := tx.Exec(ctx, q, args...)
 	if err != nil {
 		if !poisonous(err) {
 			return 0, err
@@ -384,5 +386,57 @@ func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, whe
 		return -1, nil
 	}
 	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
-	return n, err
+	return tag.RowsAffected(), err
+}
+
+// groupsStep is the last task of a fresh aggregate build: once every chunk
+// is done it writes every group row from the ledger in one statement, so a
+// build writes each group once instead of upserting it from every chunk.
+//
+// Why pages running during the build stay exactly-once: a page applies a
+// key by diffing its ledger entry (old) against a fresh read (new) and
+// adding the difference to the group rows. Before this step those rows
+// lack the chunks' entries, so what a page leaves there is a partial sum
+// (a group may even show negative counts, or vanish at zero members while
+// chunk entries still hold members). None of it is read: the definition is
+// backfilling, and this step discards it. It takes the ledger SHARE ROW
+// EXCLUSIVE, which waits out every page in flight and holds off new ones
+// (a page takes ROW EXCLUSIVE on the ledger before writing either table),
+// so the ledger it reads holds every committed entry, each one the key's
+// state as of a read after which every change is still pending in the log
+// or deferred. It then deletes every target row and inserts each group
+// with members exactly as the ledger's entries sum up (MIN, MAX, JSONB_AGG
+// aggregated from them too). From its commit on, target = f(ledger), the
+// invariant pages maintain by diffs, and they apply the pending changes on
+// top; the status goes live only after this commit (tryLive waits for
+// every task of the build), so no reader of a live target sees a group
+// written before this step.
+func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
+	c := cd.c
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		return err
+	}
+	// buildTry took this task with every other one done; chunks are never
+	// reopened, so this is a check, not a wait.
+	var open bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s o, %[1]s t
+		WHERE t.id = $1 AND o.build_id = t.build_id AND o.kind <> 'groups' AND o.state <> 'done')`, e.tbl("_build_tasks")), taskID).Scan(&open); err != nil {
+		return err
+	}
+	if open {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true), set_config('work_mem', '64MB', true)"); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM "+c.target()); err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, cd.groupsSQL)
+	if err != nil {
+		return err
+	}
+	e.log.Debug("build groups written", "definition", cd.id, "groups", tag.RowsAffected())
+	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+	return err
 }

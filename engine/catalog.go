@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 7
+const formatVersion = 8
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -209,6 +209,12 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
      AND NOT EXISTS (SELECT 1 FROM {{S}}._deferred x
                      WHERE x.origin_lsn IS NULL OR x.origin_lsn <= token);
 $fn$;
+`,
+	// 8: a fresh aggregate build's last task writes every group row once
+	// from the ledger (build.go groupsStep); its chunks write entries only.
+	`
+ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh','groups'));
 `,
 }
 

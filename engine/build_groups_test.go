@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A fresh aggregate build's chunks write ledger entries only and its last
+// task writes every group once from the ledger. Pages that run between the
+// chunks and that last task (a key of an already built group changed, a
+// key of a range not built yet written first by a page, a whole group
+// deleted) leave partial rows in the target; the groups task must replace
+// them with the ledger's totals and drop the emptied group, and only then
+// may the transform go live. The test runs the build tasks and the pages
+// itself, in that order.
+func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, v int)`)
+	// Group 99 lives only in the first chunk's range (ids 1..5).
+	exec(t, pool, `INSERT INTO s SELECT x, CASE WHEN x <= 5 THEN 99 ELSE x % 10 END, x FROM generate_series(1, 1000) x`)
+	exec(t, pool, `ANALYZE s`)
+	cfg := fastConfig()
+	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
+	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
+	e := New(pool, cfg)
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		e.Close()
+	}()
+	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
+		t.Fatal(err)
+	}
+	tasks := func() (plan, chunks, groups string) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT
+			coalesce((SELECT string_agg(state, ',') FROM trellis._build_tasks WHERE kind = 'plan'), ''),
+			coalesce((SELECT string_agg(state, ',' ORDER BY id) FROM trellis._build_tasks WHERE kind = 'chunk'), ''),
+			coalesce((SELECT string_agg(state, ',') FROM trellis._build_tasks WHERE kind = 'groups'), '')`).Scan(&plan, &chunks, &groups); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	step := func() {
+		t.Helper()
+		did, err := e.buildStep(ctx, "test")
+		if err != nil || !did {
+			t.Fatalf("build step: did %v, err %v", did, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for p, _, _ := tasks(); p != "open"; p, _, _ = tasks() {
+		if time.Now().After(deadline) {
+			t.Fatal("the build never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	step() // the plan: 1000 rows in chunks of 4 x 50
+	step() // the first chunk, ids 1..200
+	if p, c, g := tasks(); p != "done" || c != "done,open,open,open,open" || g != "open" {
+		t.Fatalf("after the plan and one chunk: plan %q, chunks %q, groups %q", p, c, g)
+	}
+	if n := count(t, pool, `SELECT 1 FROM agg`); n != 0 {
+		t.Fatalf("a chunk wrote %d group rows; chunks write ledger entries only", n)
+	}
+
+	// Pages before the groups step: a key of a built range moves group,
+	// a key of an unbuilt range gets its entry from a page first, a new key
+	// arrives, and group 99 loses every member.
+	exec(t, pool, `UPDATE s SET g = 7, v = v + 1000 WHERE id = 10`)
+	exec(t, pool, `UPDATE s SET v = v + 5000 WHERE id = 900`)
+	exec(t, pool, `INSERT INTO s VALUES (5000, 3, 5000)`)
+	exec(t, pool, `DELETE FROM s WHERE g = 99`)
+	applied := func() bool {
+		return count(t, pool, `SELECT 1 FROM agg__ledger WHERE k IN ('1','2','3','4','5') AND member`) == 0 &&
+			count(t, pool, `SELECT 1 FROM agg__ledger WHERE k = '10' AND g0 = 7`) == 1 &&
+			count(t, pool, `SELECT 1 FROM agg__ledger WHERE k IN ('900', '5000')`) == 2
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for !applied() {
+		if time.Now().After(deadline) {
+			t.Fatal("the pages never applied the writes")
+		}
+		if _, err := e.drainPage(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// What the pages left is partial (group 99 at -5 members), and nobody
+	// reads it as built: the transform is still backfilling.
+	if n := count(t, pool, `SELECT 1 FROM agg WHERE g = 99 AND "__members" < 0`); n != 1 {
+		t.Fatalf("expected the pages' partial row of group 99 before the groups step, found %d", n)
+	}
+	if st, _, _ := storedStatus(t, e, "agg"); st != "backfilling" {
+		t.Fatalf("agg is %s before its groups step", st)
+	}
+
+	// The rest of the chunks first (the groups task waits for them), then
+	// the groups task, whose commit lets the build go live.
+	for i := 0; i < 4; i++ {
+		step()
+		if _, _, g := tasks(); g != "open" {
+			t.Fatalf("groups task %q while chunks remain", g)
+		}
+	}
+	if st, _, _ := storedStatus(t, e, "agg"); st != "backfilling" {
+		t.Fatalf("agg is %s with its groups step still open", st)
+	}
+	step()
+	if st, _, _ := storedStatus(t, e, "agg"); st != "live" {
+		t.Fatalf("agg is %s after its groups step", st)
+	}
+	want := `SELECT g, sum(v), count(*), max(v) FROM s GROUP BY g`
+	assertSame(t, pool, `SELECT g, total, n, top FROM agg`, want)
+	assertSame(t, pool, `SELECT g, "__members" FROM agg`, `SELECT g, count(*) FROM s GROUP BY g`)
+
+	// Live from here: pages keep it exact on top of the groups step.
+	exec(t, pool, `UPDATE s SET v = v + 1 WHERE id % 7 = 0`)
+	exec(t, pool, `DELETE FROM s WHERE g = 3`)
+	deadline = time.Now().Add(30 * time.Second)
+	for diff(t, pool, `SELECT g, total, n, top FROM agg`, want) != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not exact after live writes:\n%s", diff(t, pool, `SELECT g, total, n, top FROM agg`, want))
+		}
+		if _, err := e.drainPage(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
