@@ -88,6 +88,10 @@ func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, bui
 }
 
 func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) error {
+	// Every lifecycle statement on this definition waits for this
+	// transaction (the fence): a locked-path chunk or a sweep stops after
+	// its budget, records its cursor and leaves the rest to the next step.
+	stepEnd := time.Now().Add(e.cfg.BuildStepBudget)
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
 		return err
 	}
@@ -113,7 +117,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	}
 	c := cd.c
 	if kind == "sweep" {
-		return e.sweepStep(ctx, tx, taskID, cd, lo)
+		return e.sweepStep(ctx, tx, taskID, cd, lo, stepEnd)
 	}
 	if kind == "refresh" {
 		return e.refreshStep(ctx, tx, taskID, cd)
@@ -158,8 +162,16 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		}
 	}
 	if done < 0 {
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.source()+" AS "+
-			ident(SourceAlias)+where, args...)
+		// In key order, so that a step stopped by its budget leaves the
+		// rest of the range, (last applied key, hi], to the next step.
+		q := "SELECT " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.source() + " AS " + ident(SourceAlias) + where
+		until := stepEnd
+		if c.KeyNullable {
+			until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
+		} else {
+			q += " ORDER BY " + joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+		}
+		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -167,12 +179,18 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		if err != nil {
 			return err
 		}
-		if err := e.applyChunk(ctx, tx, cd, keys); err != nil {
+		n, err := e.applyChunk(ctx, tx, cd, keys, until)
+		if err != nil {
 			return err
 		}
-		done = int64(len(keys))
+		if n < len(keys) {
+			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+				e.tbl("_build_tasks")), taskID, keys[n-1], n)
+			return err
+		}
+		done = int64(n)
 	}
-	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, done)
+	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = coalesce(rows_done, 0) + $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, done)
 	if err != nil {
 		return err
 	}

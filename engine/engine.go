@@ -65,6 +65,7 @@ type Config struct {
 	PageSize           int           // keys per page, default 5000
 	BuildChunkSize     int           // keys per build chunk, default 5000
 	FreshChunkSize     int           // keys per chunk of a fresh build (one statement; aggregates 4x), default 10 x BuildChunkSize
+	BuildStepBudget    time.Duration // a locked-path build chunk or sweep commits after about this long and goes on in the next transaction, default 25ms
 	RetireChunk        int           // log rows deleted per statement, default 10000
 
 	Logger *slog.Logger
@@ -104,6 +105,7 @@ func (c *Config) defaults() {
 	def(&c.WorkerTTL, 30*time.Second)
 	def(&c.InstallLockTimeout, 50*time.Millisecond)
 	def(&c.PageLockTimeout, 2*time.Second)
+	def(&c.BuildStepBudget, 25*time.Millisecond)
 	if c.PageSize <= 0 {
 		c.PageSize = 5000
 	}
@@ -156,6 +158,7 @@ type plants struct {
 	keepLog             bool // never retire (diagnostics)
 	pageHook            func(stage string)
 	planStepRows        int // keys one plan step walks; 0: planStepRows
+	firstSlice          int // keys of a build step's first slice; 0: firstSliceKeys
 }
 
 // New returns an engine over pool. The pool's role is the workers' role

@@ -189,3 +189,100 @@ func TestBuildPlanWalksInSteps(t *testing.T) {
 	awaitLive(t, e, "v")
 	assertSame(t, pool, `SELECT id, a2 FROM v`, `SELECT id, a * 2 FROM s`)
 }
+
+// A rebuild's locked-path chunks and its sweep stop after their budget and
+// go on from the cursor they committed, so a lifecycle statement waits for
+// one short step, never a whole chunk: with a budget that every slice
+// exceeds, each step re-derives one slice, a chunk stays open with its
+// cursor and rows done so far between steps, and the rebuild ends exact
+// (the sweep's steps delete what the source lost while paused).
+func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 400) g`)
+	cfg := fastConfig()
+	cfg.DrainWorkers = -1 // this test runs the build steps itself
+	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
+	cfg.BuildStepBudget = time.Nanosecond
+	e := New(pool, cfg)
+	e.plant.firstSlice = 7
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		e.Close()
+	}()
+	status := func() string {
+		t.Helper()
+		var st string
+		if err := pool.QueryRow(ctx, `SELECT status FROM trellis._definitions`).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// build runs steps until the definition is live, counting them, and
+	// returns the most rows an open chunk had recorded between steps.
+	build := func() (steps int, openRows int64) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for status() != "live" {
+			if time.Now().After(deadline) {
+				t.Fatalf("not live after %d steps (status %s)", steps, status())
+			}
+			did, err := e.buildStep(ctx, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !did {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			steps++
+			var n int64
+			if err := pool.QueryRow(ctx, `SELECT coalesce(max(rows_done), 0) FROM trellis._build_tasks
+				WHERE kind = 'chunk' AND state = 'open' AND lo IS NOT NULL`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			openRows = max(openRows, n)
+		}
+		return steps, openRows
+	}
+	if _, err := applyText(t, e, `TRANSFORM v FROM s SELECT a * 2 AS a2`); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh build's chunks are one statement each (not budgeted): the
+	// plan step and four chunks.
+	if steps, _ := build(); steps != 5 {
+		t.Fatalf("fresh build took %d steps, want 5", steps)
+	}
+	assertSame(t, pool, `SELECT id, a2 FROM v`, `SELECT id, a * 2 FROM s`)
+	if _, err := applyText(t, e, `PAUSE TRANSFORM v`); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `UPDATE s SET a = a + 1000 WHERE id % 3 = 0`)
+	exec(t, pool, `DELETE FROM s WHERE id % 10 = 0`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(401, 450) g`)
+	if _, err := applyText(t, e, `RESUME TRANSFORM v`); err != nil {
+		t.Fatal(err)
+	}
+	steps, openRows := build()
+	t.Logf("rebuild: %d steps, an open chunk held %d rows between steps", steps, openRows)
+	// The sweep walks the 400 target keys 7 at a time (58 steps), the plan
+	// takes one, and the 410 source rows' chunks 7 keys a step (at least
+	// 59 steps).
+	if steps < 58+1+59 {
+		t.Fatalf("the rebuild took %d steps; budgeted steps of 7 keys take at least %d", steps, 58+1+59)
+	}
+	if openRows == 0 || openRows%7 != 0 {
+		t.Fatalf("an open chunk recorded %d rows between steps, want a positive multiple of the 7-key slice", openRows)
+	}
+	assertSame(t, pool, `SELECT id, a2 FROM v`, `SELECT id, a * 2 FROM s`)
+}

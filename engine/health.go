@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -477,7 +478,11 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 // for a 1-1 target, the target's own keys (rows edited in by hand have no
 // ledger entry), walked in key order like a plan. The task stays open,
 // cursor advanced, until both are walked; hi marks the phase.
-func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string) error {
+//
+// A step also stops when its budget (until) is spent, with the cursor after
+// the last key it re-derived; the target phase of a nullable identity,
+// which has no cursor, runs whole.
+func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string, until time.Time) error {
 	var phase *string
 	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT hi FROM %s WHERE id = $1", e.tbl("_build_tasks")), taskID).Scan(&phase); err != nil {
 		return err
@@ -520,10 +525,16 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 			return err
 		}
 	}
-	for i := 0; i < len(keys); i += e.cfg.PageSize {
-		if err = e.applyKeys(ctx, tx, cd, keys[i:min(i+e.cfg.PageSize, len(keys))]); err != nil {
-			return err
-		}
+	if phase != nil && c.KeyNullable {
+		until = time.Time{}
+	}
+	n, err := e.applySlices(keys, until, func(slice []string) error { return e.applyKeys(ctx, tx, cd, slice) })
+	if err != nil {
+		return err
+	}
+	if n < len(keys) {
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[n-1])
+		return err
 	}
 	// The target phase runs for every 1-1 target: a fresh build (§12.8
 	// fast path) writes 1-1 target rows without ledger entries, so the
