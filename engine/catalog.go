@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 8
+const formatVersion = 9
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -215,6 +215,15 @@ $fn$;
 	`
 ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
   ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh','groups'));
+`,
+	// 9: the trash of DROP TRANSFORM (privileges.go _drop_transform): a
+	// dropped transform's target and ledger are moved into a schema of
+	// their own, owned by the workers' role, which the staging worker
+	// drops after the statement's COMMIT (trash.go).
+	`
+CREATE TABLE {{S}}._trash (
+  schema_name name PRIMARY KEY, dropped_at timestamptz NOT NULL DEFAULT now(),
+  attempts int NOT NULL DEFAULT 0, last_error text, next_attempt_at timestamptz);
 `,
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -476,6 +477,14 @@ func (c *compiled) createSQL(workerRole string) []string {
 
 // Drop removes a definition, its target and its ledger in the caller's
 // transaction. Capture no reader needs is removed by the next staging pass.
+//
+// The tables leave the caller's namespace at once, but their files are
+// freed after the COMMIT: PostgreSQL unlinks a dropped table's files at
+// commit, a cost that grows with the table, so they are moved into a trash
+// schema that the staging worker drops (trash.go). Whether they may go is
+// decided exactly as DROP TABLE decides it (a view on the target refuses
+// the drop with PostgreSQL's own error), and a rollback leaves them where
+// they were.
 func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err error) {
 	if target.Schema == "" {
 		target.Schema = e.cfg.TargetSchema
@@ -486,10 +495,12 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 	}
 	defer func() { err = done(err) }()
 	// Ownership and dependents are checked, and the row deleted, by a
-	// SECURITY DEFINER function (D9); the caller drops the tables it owns.
+	// SECURITY DEFINER function (D9); the caller moves or drops the tables
+	// it owns.
 	var raw []byte
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._drop_definition(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
-		target.Schema, target.Name).Scan(&raw)
+	var trash *string
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT compiled, trash FROM %s._drop_transform(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
+		target.Schema, target.Name).Scan(&raw, &trash)
 	if err != nil {
 		return err
 	}
@@ -500,11 +511,36 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 	if err := json.Unmarshal(raw, c); err != nil {
 		return err
 	}
-	if _, err := q.Exec(ctx, "DROP TABLE IF EXISTS "+c.target()+", "+c.ledger()); err != nil {
-		return err
+	if trash != nil {
+		_, err = q.Exec(ctx, fmt.Sprintf(`SELECT %s._trash_tables($1, $2)`, ident(e.cfg.Schema)), *trash, []string{c.target(), c.ledger()})
+	} else {
+		_, err = q.Exec(ctx, "DROP TABLE IF EXISTS "+c.target()+", "+c.ledger())
+	}
+	if err != nil {
+		return dependentsError(err, c.TargetText)
 	}
 	_, err = q.Exec(ctx, "SELECT pg_notify($1, 'drop')", e.channel("wake"))
 	return err
+}
+
+// dependentsError keeps PostgreSQL's own refusal of a drop (its message
+// names the object that depends on the target) with a hint that fits DROP
+// TRANSFORM, which has no CASCADE.
+func dependentsError(err error, target string) error {
+	if pgerr.CodeOf(err) != pgerr.DependentObjectsStillExist {
+		return err
+	}
+	out := &pgerr.Error{Code: pgerr.DependentObjectsStillExist, Err: err}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		out.Message, out.Detail = pgErr.Message, pgErr.Detail
+	} else if pe, ok := pgerr.As(err); ok {
+		out.Message, out.Detail = pe.Message, pe.Detail
+	} else {
+		return err
+	}
+	out.Hint = fmt.Sprintf("drop or alter the objects that depend on %s first; DROP TRANSFORM does not cascade", target)
+	return out.WithClass("conflict", "DependentsBlockDrop")
 }
 
 // atomically runs a multi-statement catalog change in one transaction when

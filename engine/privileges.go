@@ -132,6 +132,59 @@ BEGIN
   RETURN d.compiled;
 END $fn$;
 
+-- DROP TRANSFORM's catalog half: _drop_definition, then a trash schema of
+-- the target's own (named by its oid, unique in the database while the
+-- table exists), owned by the workers' role, in which the caller may
+-- create: _trash_tables, run as the caller, moves the target and ledger
+-- there, and the staging worker drops the schema after the COMMIT. trash
+-- is NULL when the schema cannot be made (the workers' role may not
+-- create schemas): the caller then drops the tables itself.
+CREATE OR REPLACE FUNCTION {{S}}._drop_transform(acting regrole, tschema text, tname text, OUT compiled jsonb, OUT trash name)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE toid oid;
+BEGIN
+  SELECT target_oid INTO toid FROM {{S}}._definitions WHERE target_table = format('%I.%I', tschema, tname);
+  compiled := {{S}}._drop_definition(acting, tschema, tname);
+  IF compiled IS NULL THEN
+    RETURN;
+  END IF;
+  trash := left((SELECT schema_name FROM {{S}}._instance), 40) || '_trash_' || toid;
+  BEGIN
+    EXECUTE format('CREATE SCHEMA %I', trash);
+    EXECUTE format('GRANT CREATE ON SCHEMA %I TO %s', trash, acting);
+  EXCEPTION WHEN insufficient_privilege OR duplicate_schema THEN
+    trash := NULL;
+    RETURN;
+  END;
+  INSERT INTO {{S}}._trash (schema_name) VALUES (trash);
+END $fn$;
+
+-- DROP TRANSFORM's caller half, run as the caller (it owns the tables):
+-- PostgreSQL's own dependency checks, made by trying DROP TABLE and
+-- undoing it, then the move out of the caller's namespace. Moving files
+-- costs nothing; dropping them costs their size at COMMIT.
+CREATE OR REPLACE FUNCTION {{S}}._trash_tables(trash name, tables text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE rels regclass[];
+BEGIN
+  SELECT array_agg(r) INTO rels FROM unnest(tables) t, to_regclass(t) r WHERE r IS NOT NULL;
+  IF rels IS NULL THEN
+    RETURN;
+  END IF;
+  BEGIN
+    FOR i IN 1 .. cardinality(rels) LOOP
+      EXECUTE format('DROP TABLE %s', rels[i]);
+    END LOOP;
+    RAISE EXCEPTION 'trellis: dependency probe' USING ERRCODE = 'TRL01';
+  EXCEPTION WHEN SQLSTATE 'TRL01' THEN NULL;
+  END;
+  FOR i IN 1 .. cardinality(rels) LOOP
+    EXECUTE format('ALTER TABLE %s SET SCHEMA %I', rels[i], trash);
+  END LOOP;
+END $fn$;
+
+GRANT EXECUTE ON FUNCTION {{S}}._drop_transform(regrole, text, text), {{S}}._trash_tables(name, text[]) TO PUBLIC;
+
 GRANT EXECUTE ON FUNCTION {{S}}._check_acting(regrole), {{S}}._instance_worker_role(),
   {{S}}._definition_of(regrole, oid), {{S}}._is_target(oid), {{S}}._find_transform(text),
   {{S}}._define(regrole, regclass, regclass, text, text, oid, text, jsonb, jsonb, text),

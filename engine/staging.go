@@ -396,6 +396,17 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 			}
 		}
 	}
+	// Dropped transforms' tables, before the capture they may still carry
+	// is uninstalled (its functions outlive the triggers on them).
+	if remaining, err := e.emptyTrash(ctx, conn); err != nil {
+		e.log.Warn("emptying the trash failed", "err", err)
+		if conn.IsClosed() {
+			return false, err
+		}
+		steady = false
+	} else if remaining {
+		steady = false
+	}
 	// Capture no reader needs any more.
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT table_name FROM %s ct WHERE NOT EXISTS
 		(SELECT 1 FROM %s r WHERE r.table_name = ct.table_name)`, e.tbl("_captured_tables"), e.tbl("_definition_reads")))

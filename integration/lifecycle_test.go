@@ -145,3 +145,88 @@ func TestSchemaChangesThroughProxy(t *testing.T) {
 		t.Fatalf("request_backfill of an unknown table: %s %s", pe.Code, pe.Message)
 	}
 }
+
+// DROP TRANSFORM by an ordinary role through the proxy: the target leaves
+// the role's namespace in the statement's transaction and its files are
+// freed by the staging worker after the COMMIT (a large target's unlink
+// never lands in the client's COMMIT). A view on the target refuses the
+// drop with PostgreSQL's own error, a rolled-back drop leaves everything
+// as it was, and trellis.status never shows the trash.
+func TestDropTransformFreesTablesAfterCommit(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	su := h.client(t)
+	for _, q := range []string{
+		`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'trash_app') THEN CREATE ROLE trash_app LOGIN; END IF; END $$`,
+		`GRANT CREATE ON SCHEMA public TO trash_app`,
+	} {
+		mustExec(t, su, q)
+	}
+	app := connectURL(t, h.url("trash_app", "", h.db, ""))
+	mustExec(t, app, `CREATE TABLE big_src (id bigint PRIMARY KEY, v int)`)
+	mustExec(t, app, `INSERT INTO big_src SELECT g, g FROM generate_series(1, 2000) g`)
+	mustExec(t, app, `TRANSFORM big_t FROM big_src SELECT v * 2 AS v2`)
+	h.waitStatus(t, "big_t", "live")
+	mustExec(t, app, `PAUSE TRANSFORM big_t`)
+	var targetOID, ledgerOID uint32
+	if err := h.pool.QueryRow(ctx, `SELECT target_oid, ledger_oid FROM trellis._definitions WHERE target_table = 'public.big_t'`).Scan(&targetOID, &ledgerOID); err != nil {
+		t.Fatal(err)
+	}
+	statusRows := func() int {
+		var n int
+		if err := app.QueryRow(ctx, `SELECT count(*) FROM trellis.status WHERE target = 'big_t'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	mustExec(t, app, `CREATE VIEW big_t_view AS SELECT id FROM big_t`)
+	pe := refused(t, app, `DROP TRANSFORM big_t`, "2BP01", "DependentsBlockDrop")
+	if pe.Message != "cannot drop table public.big_t because other objects depend on it" ||
+		!strings.Contains(pe.Detail, "view public.big_t_view depends on table public.big_t") || pe.Position != 16 {
+		t.Fatalf("refusal: %q / %q at %d", pe.Message, pe.Detail, pe.Position)
+	}
+	mustExec(t, app, `DROP VIEW big_t_view`)
+
+	tx, err := app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DROP TRANSFORM big_t`); err != nil {
+		t.Fatal(err)
+	}
+	var gone bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('big_t') IS NULL`).Scan(&gone); err != nil || !gone {
+		t.Fatalf("big_t still resolves inside the dropping transaction (%v)", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := qString(t, app, `SELECT count(*)::text FROM big_t`); n != "2000" || statusRows() != 1 {
+		t.Fatalf("after a rolled-back drop: %s rows, %d status rows", n, statusRows())
+	}
+
+	tx, err = app.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DROP TRANSFORM big_t`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if defs, table, _ := h.leftovers(t, "big_t"); defs != 0 || table || statusRows() != 0 {
+		t.Fatalf("drop left definitions=%d table=%v status rows=%d", defs, table, statusRows())
+	}
+	eventually(t, 30*time.Second, "the dropped tables freed", func() bool {
+		var rels, schemas int
+		err := h.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_class WHERE oid IN ($1, $2)),
+			(SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'trellis\_trash\_%')`, targetOID, ledgerOID).Scan(&rels, &schemas)
+		return err == nil && rels == 0 && schemas == 0
+	})
+	// The name is free again for the same role.
+	mustExec(t, app, `TRANSFORM big_t FROM big_src SELECT v + 1 AS v1`)
+	h.waitStatus(t, "big_t", "live")
+	h.sameAs(t, app, `SELECT id, v1 FROM big_t`, `SELECT id, v + 1 FROM big_src`)
+}
