@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,8 +90,9 @@ func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, bui
 
 func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) error {
 	// Every lifecycle statement on this definition waits for this
-	// transaction (the fence): a locked-path chunk or a sweep stops after
-	// its budget, records its cursor and leaves the rest to the next step.
+	// transaction (the fence): a locked-path chunk, a sweep or a fresh 1-1
+	// chunk stops after about its budget, records its cursor and leaves the
+	// rest to the next step.
 	stepEnd := time.Now().Add(e.cfg.BuildStepBudget)
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
 		return err
@@ -156,8 +158,30 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	where, args := e.rangeWhere(c, lo, hi, 1)
 	done := int64(-1)
 	if fresh {
-		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
-		if done, err = e.freshChunk(ctx, tx, cd, build, cd.freshSQL(where, tgtConds), args); err != nil {
+		// The chunk's statement runs over a prefix of the range sized from
+		// this definition's pace so that it takes about the step budget;
+		// the rest is the next step's.
+		cut := hi
+		if !c.KeyNullable {
+			if cut, err = e.freshCut(ctx, tx, cd, lo, hi); err != nil {
+				return err
+			}
+		}
+		fw, fa := where, args
+		if cut != hi {
+			fw, fa = e.rangeWhere(c, lo, cut, 1)
+		}
+		tgtConds, _ := e.rangeConds(c, "t2", lo, cut, 1)
+		t0 := time.Now()
+		if done, err = e.freshChunk(ctx, tx, cd, build, cd.freshSQL(fw, tgtConds), fa); err != nil {
+			return err
+		}
+		if done >= 0 {
+			e.paces.note(defID, done, time.Since(t0))
+		}
+		if done >= 0 && cut != hi {
+			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+				e.tbl("_build_tasks")), taskID, *cut, done)
 			return err
 		}
 	}
@@ -199,6 +223,32 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = nullif(status_detail - 'backfill_failure', '{}'::jsonb)
 		WHERE id = $1 AND status_detail ? 'backfill_failure'`, e.tbl("_definitions")), defID)
 	return err
+}
+
+// freshCut returns where a fresh 1-1 step over (lo, hi] ends: the key n
+// rows after lo, n what this definition's pace allows in one step budget
+// (one walk of the key's index), or hi when the range holds no more.
+func (e *Engine) freshCut(ctx context.Context, tx pgx.Tx, cd *compiledDef, lo, hi *string) (*string, error) {
+	c := cd.c
+	n := e.paces.rows(cd.id, e.cfg.BuildStepBudget, e.cfg.FreshChunkSize)
+	if e.plant.firstSlice > 0 {
+		n = e.plant.firstSlice
+	}
+	if n >= e.cfg.FreshChunkSize {
+		return hi, nil
+	}
+	where, args := e.rangeWhere(c, lo, hi, 2)
+	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+	var cut string
+	err := tx.QueryRow(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, false)+" FROM "+c.source()+" AS "+ident(SourceAlias)+
+		where+" ORDER BY "+order+" OFFSET $1 LIMIT 1", append([]any{n - 1}, args...)...).Scan(&cut)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && hi != nil && cut == *hi) {
+		return hi, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &cut, nil
 }
 
 // rangeWhere renders " WHERE key > lo AND key <= hi" over the source alias,
@@ -457,4 +507,49 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	e.log.Debug("build groups written", "definition", cd.id, "groups", tag.RowsAffected())
 	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
+}
+
+// buildPaces keeps, per definition, the rows per second its fresh steps
+// wrote, so the next step's range fits the step budget. In memory only: a
+// new process starts from firstFreshRows and learns within a step.
+type buildPaces struct {
+	mu   sync.Mutex
+	rate map[int64]float64
+}
+
+// firstFreshRows is a fresh step's size before its definition's pace is known.
+const firstFreshRows = 2000
+
+func (p *buildPaces) rows(def int64, budget time.Duration, most int) int {
+	p.mu.Lock()
+	r, ok := p.rate[def]
+	p.mu.Unlock()
+	if !ok {
+		return min(firstFreshRows, most)
+	}
+	return max(100, min(most, int(r*budget.Seconds())))
+}
+
+// note records a step of n rows that took d, smoothed over the last few.
+func (p *buildPaces) note(def int64, n int64, d time.Duration) {
+	if n <= 0 || d <= 0 {
+		return
+	}
+	r := float64(n) / d.Seconds()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rate == nil {
+		p.rate = map[int64]float64{}
+	}
+	if old, ok := p.rate[def]; ok {
+		r = 0.5*old + 0.5*r
+	}
+	p.rate[def] = r
+}
+
+// forget drops a definition's pace once its build is live.
+func (p *buildPaces) forget(def int64) {
+	p.mu.Lock()
+	delete(p.rate, def)
+	p.mu.Unlock()
 }
