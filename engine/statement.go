@@ -498,15 +498,34 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 	if _, err := q.Exec(ctx, "CREATE TEMP TABLE trellis_formula_probe_t (LIKE "+srcSQL+")"); err != nil {
 		return err
 	}
+	// Generated columns see the table's columns unqualified: render the
+	// formula against the probe table instead of the source alias.
+	addColumn := func(i int) string {
+		return fmt.Sprintf("ADD COLUMN %s %s GENERATED ALWAYS AS ((%s)) STORED",
+			ident(fmt.Sprintf("__probe_%d", i)), types[i], strings.ReplaceAll(probes[i].sql, ident(SourceAlias)+".", ""))
+	}
+	// Every formula in one statement first (two round trips, not three a
+	// formula); only when that fails, one at a time to name the culprit.
+	if _, err := q.Exec(ctx, "SAVEPOINT trellis_formula_probe_one"); err != nil {
+		return err
+	}
+	all := make([]string, len(probes))
+	for i := range probes {
+		all[i] = addColumn(i)
+	}
+	if _, err := q.Exec(ctx, "ALTER TABLE pg_temp.trellis_formula_probe_t "+strings.Join(all, ", ")); err == nil {
+		failed = false
+		_, err = q.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_formula_probe")
+		return err
+	}
+	if _, err := q.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_formula_probe_one"); err != nil {
+		return err
+	}
 	for i, p := range probes {
-		// Generated columns see the table's columns unqualified: render the
-		// formula against the probe table instead of the source alias.
-		expr := strings.ReplaceAll(p.sql, ident(SourceAlias)+".", "")
 		if _, err := q.Exec(ctx, "SAVEPOINT trellis_formula_probe_one"); err != nil {
 			return err
 		}
-		_, err := q.Exec(ctx, fmt.Sprintf("ALTER TABLE pg_temp.trellis_formula_probe_t ADD COLUMN %s %s GENERATED ALWAYS AS ((%s)) STORED",
-			ident(fmt.Sprintf("__probe_%d", i)), types[i], expr))
+		_, err := q.Exec(ctx, "ALTER TABLE pg_temp.trellis_formula_probe_t "+addColumn(i))
 		if _, rbErr := q.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_formula_probe_one"); rbErr != nil {
 			return rbErr
 		}

@@ -105,6 +105,9 @@ func TestApplyTransformRefusals(t *testing.T) {
 	}{
 		{"volatile", "TRANSFORM t1 FROM orders SELECT random() * amount AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 33},
 		{"stable cast", "TRANSFORM t2 FROM orders SELECT placed_at::text AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 33},
+		// The formulas are probed together first; the one-by-one fallback
+		// still names the second.
+		{"second of two", "TRANSFORM t9 FROM orders SELECT amount AS a, random() * amount AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 46},
 		{"user function", "TRANSFORM t3 FROM orders SELECT public.double_it(amount) AS x", pgerr.FeatureNotSupported, "UserDefinedFunction", 0},
 		{"unknown function", "TRANSFORM t4 FROM orders SELECT no_such_fn(amount) AS x", pgerr.UndefinedFunction, "FunctionArgTypeMismatch", 33},
 		{"type mismatch", "TRANSFORM t5 FROM orders SELECT note + 1 AS x", pgerr.UndefinedFunction, "FunctionArgTypeMismatch", 33},
