@@ -32,10 +32,11 @@ type compiledDef struct {
 	// A fresh build's chunk (§12.8, build.go freshChunk) is one set-based
 	// statement (freshSQL) writing the range's target rows (1-1) or its
 	// ledger entries (aggregates), skipping keys a page already wrote;
-	// groupsSQL is the aggregate build's last step, every group row
-	// written once from the ledger.
+	// groupsSQL is a fresh aggregate build's last step, every group row
+	// written once from the ledger; reconcileSQL and pruneSQL a rebuild's.
 	freshHead, freshMid, freshTail string
 	groupsSQL                      string
+	reconcileSQL, pruneSQL         string
 }
 
 // freshSQL is a fresh chunk's statement: srcWhere (" WHERE …" or "")
@@ -358,10 +359,31 @@ WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER B
 		gvals = append(gvals, "__r"+itoa(i))
 		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+itoa(i))
 	}
+	groups := `SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + strings.Join(raggs, "") + `
+  FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d`
 	cd.groupsSQL = `INSERT INTO ` + c.target() + ` (` + strings.Join(gcolsAll, ", ") + `)
-SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + strings.Join(raggs, "") + `
-  FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d
+` + groups + `
 ORDER BY ` + gs("")
+	// A rebuild's groups step reconciles instead (the target has every
+	// group already, usually right): rows that differ are rewritten,
+	// missing groups inserted, paused fields left alone, and groups the
+	// ledger has no member for deleted (matched by their key rendering, a
+	// hashable, NULL-safe identity).
+	written := gcolsAll[1:]
+	var rset []string
+	for _, col := range written {
+		rset = append(rset, col+" = excluded."+col)
+	}
+	row := func(alias string) string {
+		return "ROW(" + joinf(len(written), func(i int) string { return alias + "." + written[i] }, ", ") + ")"
+	}
+	cd.reconcileSQL = `INSERT INTO ` + c.target() + ` AS t (` + strings.Join(gcolsAll, ", ") + `)
+` + groups + `
+ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(rset, ", ") + ` WHERE record_image_ne(` + row("t") + `, ` + row("excluded") + `)`
+	tk, _ := c.targetIdentity()
+	cd.pruneSQL = `DELETE FROM ` + c.target() + ` AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT ` +
+		joinf(ng, func(i int) string { return "g" + itoa(i) + " AS " + ident(c.Spec.GroupBy[i].Name) }, ", ") + ` FROM ` + c.ledger() +
+		` WHERE member) e WHERE ` + keySQL("e", tk, true) + ` = ` + keySQL("t", tk, true) + `)`
 	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
 	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
 	if len(recompute) > 0 {

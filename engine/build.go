@@ -125,7 +125,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return e.refreshStep(ctx, tx, taskID, cd)
 	}
 	if kind == "groups" {
-		return e.groupsStep(ctx, tx, taskID, cd)
+		return e.groupsStep(ctx, tx, taskID, cd, fresh)
 	}
 	if kind == "plan" {
 		// One step of the walk per transaction; the task keeps its cursor
@@ -479,7 +479,15 @@ func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, bui
 // top; the status goes live only after this commit (tryLive waits for
 // every task of the build), so no reader of a live target sees a group
 // written before this step.
-func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
+//
+// Every aggregate rebuild ends with this step too (addSweep), reconciling
+// rather than rewriting: a fresh build interrupted after some chunks (PAUSE,
+// request_backfill, ALTER, a capture repair) leaves entries whose groups
+// were never written, and a rebuild's re-derives only add differences to
+// the target, so without it those members would never reach the target.
+// Reconciling touches only groups that differ and leaves paused fields as
+// they are; it also removes group rows edited into the target by hand.
+func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh bool) error {
 	c := cd.c
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		return err
@@ -497,15 +505,18 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true), set_config('work_mem', '64MB', true)"); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+c.target()); err != nil {
-		return err
+	stmts := []string{"DELETE FROM " + c.target(), cd.groupsSQL}
+	if !fresh {
+		stmts = []string{cd.reconcileSQL, cd.pruneSQL}
 	}
-	tag, err := tx.Exec(ctx, cd.groupsSQL)
-	if err != nil {
-		return err
+	for _, q := range stmts {
+		tag, err := tx.Exec(ctx, q)
+		if err != nil {
+			return err
+		}
+		e.log.Debug("build groups step", "definition", cd.id, "fresh", fresh, "rows", tag.RowsAffected())
 	}
-	e.log.Debug("build groups written", "definition", cd.id, "groups", tag.RowsAffected())
-	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
 }
 

@@ -461,7 +461,15 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 	}
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
 		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s) OR EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger(), c.target()), id, build)
-	if err != nil || tag.RowsAffected() > 0 {
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() > 0 {
+		if c.Spec.IsAggregate() {
+			// An aggregate rebuild ends by reconciling its groups with the
+			// ledger (build.go groupsStep: an interrupted fresh build).
+			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind) VALUES ($1, $2, 'groups')`, e.tbl("_build_tasks")), id, build)
+		}
 		return err
 	}
 	// Ledger and target empty: a fresh build (§12.8 fast path). This runs
