@@ -14,7 +14,7 @@ import (
 
 // captureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
-const captureVersion = "6"
+const captureVersion = "7"
 
 var captureEvents = []string{"insert", "update", "delete", "truncate"}
 
@@ -65,22 +65,73 @@ func (e *Engine) triggerName(event string) string {
 	return n
 }
 
+// outputPins are the settings a key's text rendering can depend on, pinned
+// to the engine's session values (workerSettings) so a key reads the same
+// whatever the writing session set.
+var outputPins = []struct{ name, value string }{
+	{"datestyle", "'ISO, YMD'"}, {"timezone", "'UTC'"}, {"intervalstyle", "'postgres'"},
+	{"bytea_output", "'hex'"}, {"extra_float_digits", "1"},
+}
+
+// pinsByType lists, for built-in key types, the output settings their text
+// output reads; a type not listed (domains, enums, ranges, arrays,
+// composites, extension types) gets every pin. Each SET clause is a GUC set
+// and restore on every call of the capture function (the five cost about a
+// fifth of a single-row INSERT's own work), so a bigint, text or uuid key
+// pays none.
+var pinsByType = map[uint32][]string{
+	16: nil, 18: nil, 19: nil, 20: nil, 21: nil, 23: nil, 25: nil, 26: nil, // bool "char" name int8 int2 int4 text oid
+	1042: nil, 1043: nil, 1700: nil, 2950: nil, // bpchar varchar numeric uuid
+	650: nil, 869: nil, 829: nil, 774: nil, 1560: nil, 1562: nil, // cidr inet macaddr macaddr8 bit varbit
+	700: {"extra_float_digits"}, 701: {"extra_float_digits"}, // float4 float8
+	1082: {"datestyle"}, 1083: {"datestyle"}, 1114: {"datestyle"}, 1266: {"datestyle"}, // date time timestamp timetz
+	1184: {"datestyle", "timezone"}, // timestamptz
+	1186: {"intervalstyle"},         // interval
+	17:   {"bytea_output"},          // bytea
+}
+
+// setClauses renders the capture function's SET clauses: search_path
+// always (SECURITY DEFINER), and the output pins the key types need.
+func (p *capturePlan) setClauses(event string) string {
+	need := map[string]bool{}
+	if event != "truncate" { // a truncate renders no key
+		for _, oid := range p.keyTypes {
+			pins, known := pinsByType[oid]
+			if !known {
+				for _, o := range outputPins {
+					need[o.name] = true
+				}
+			}
+			for _, n := range pins {
+				need[n] = true
+			}
+		}
+	}
+	s := "SET search_path = pg_catalog, pg_temp"
+	for _, o := range outputPins {
+		if need[o.name] {
+			s += " SET " + o.name + " = " + o.value
+		}
+	}
+	return s
+}
+
 // captureDDL renders the functions and triggers of a table's capture.
 func (e *Engine) captureDDL(p *capturePlan) []string {
 	tag := "$cap_" + e.tableTag(p.table) + "$"
 	head := func(event string) string {
 		return "CREATE OR REPLACE FUNCTION " + e.capFunc(p.table, event) + `() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-SET datestyle = 'ISO, YMD' SET timezone = 'UTC' SET intervalstyle = 'postgres'
-SET bytea_output = 'hex' SET extra_float_digits = 1
+LANGUAGE plpgsql SECURITY DEFINER ` + p.setClauses(event) + `
 AS ` + tag + `
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
 BEGIN
 ` + e.captureGuard(p, event) + `
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
-  v_s := current_setting('trellis.origin', true);
-  IF session_user = ` + lit(e.workerRole()) + ` AND coalesce(v_s, '') <> '' THEN
+  -- An application's writer evaluates one condition here, not a setting
+  -- (each PL/pgSQL expression costs a snapshot in a volatile function).
+  IF session_user = ` + lit(e.workerRole()) + ` AND coalesce(current_setting('trellis.origin', true), '') <> '' THEN
+    v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
   ELSE

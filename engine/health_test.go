@@ -425,3 +425,63 @@ func TestKeyTypeRenameKeepsCapture(t *testing.T) {
 		}
 	}
 }
+
+// Capture pins only the output settings a key type's text reads (B2: each
+// SET clause is paid on every captured statement). Keys of every pinned
+// type, written by a session with hostile output settings, still drain to
+// the right target rows; a bigint key's functions carry no output pin.
+func TestCapturePinsOnlyWhatKeyTypesRead(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	types := map[string]struct{ typ, val string }{
+		"k_tstz":  {"timestamptz", "'2024-03-01 12:00:00.123456+05:30'::timestamptz + i * interval '1 min'"},
+		"k_ts":    {"timestamp", "'2024-03-01 12:00:00.5'::timestamp + i * interval '1 day'"},
+		"k_date":  {"date", "'2024-03-01'::date + i"},
+		"k_ival":  {"interval", "i * interval '1 day 2 hours 3.5 seconds'"},
+		"k_float": {"float8", "1.0 / (i + 3)"},
+		"k_bytea": {"bytea", "decode(md5(i::text), 'hex')"},
+		"k_num":   {"numeric", "i / 7.0"},
+		"k_big":   {"bigint", "i"},
+	}
+	e, _ := startEngine(t, pool, fastConfig())
+	for tb, k := range types {
+		exec(t, pool, fmt.Sprintf(`CREATE TABLE %s (k %s PRIMARY KEY, v int)`, tb, k.typ))
+		exec(t, pool, fmt.Sprintf(`INSERT INTO %s SELECT %s, i FROM generate_series(1, 5) i`, tb, k.val))
+		define(t, e, Spec{Target: TableName{Name: tb + "_t"}, Source: TableName{Name: tb}, Fields: []Field{{Name: "v2", Expr: col("v") + " * 2"}}})
+	}
+	for tb := range types {
+		awaitLive(t, e, tb+"_t")
+	}
+	w, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	exec(t, w, `SET DateStyle = 'SQL, DMY'; SET TimeZone = 'Asia/Kolkata'; SET IntervalStyle = 'sql_standard';
+		SET bytea_output = 'escape'; SET extra_float_digits = -3`)
+	for tb, k := range types {
+		exec(t, w, fmt.Sprintf(`INSERT INTO %s SELECT %s, i FROM generate_series(6, 9) i`, tb, k.val))
+		exec(t, w, fmt.Sprintf(`UPDATE %s SET v = v + 100 WHERE v %% 2 = 0`, tb))
+		exec(t, w, fmt.Sprintf(`DELETE FROM %s WHERE v = 3`, tb))
+		exec(t, w, fmt.Sprintf(`INSERT INTO %s SELECT %s, 1000 FROM generate_series(20, 20) i`, tb, k.val))
+	}
+	converge(t, e)
+	for tb := range types {
+		assertSame(t, pool, `SELECT k, v2 FROM `+tb+`_t`, `SELECT k, v * 2 FROM `+tb)
+	}
+	pins := func(tb string) string {
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(split_part(c, '=', 1), ',' ORDER BY c), '') FROM pg_trigger t
+			JOIN pg_proc p ON p.oid = t.tgfoid, unnest(p.proconfig) c
+			WHERE t.tgrelid = $1::regclass AND t.tgname = 'trellis_capture_insert' AND c NOT LIKE 'search_path=%'`, tb).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for tb, want := range map[string]string{"k_big": "", "k_num": "", "k_float": "extra_float_digits", "k_tstz": "DateStyle,TimeZone",
+		"k_ival": "IntervalStyle", "k_bytea": "bytea_output", "k_date": "DateStyle"} {
+		if got := pins(tb); got != want {
+			t.Errorf("%s: pinned %q, want %q", tb, got, want)
+		}
+	}
+}
