@@ -132,7 +132,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		// (lo) and the rows counted so far (rows_done, while open), so a
 		// lifecycle statement waits for one step, never a whole-table walk,
 		// and a killed worker's successor goes on from the last commit.
-		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, lo)
+		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, lo, stepEnd)
 		if err != nil {
 			return err
 		}
@@ -225,16 +225,29 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	return err
 }
 
+// freshChunkRows is the size of a fresh build's chunk: one set-based
+// statement per step, so bigger than a locked-path chunk (its steps are cut
+// to the budget, freshCut).
+func (e *Engine) freshChunkRows(c *compiled) int {
+	if c.Spec.IsAggregate() {
+		// Aggregate chunks run one at a time (the other worker waits out
+		// its lock timeout on the ledger): fewer, bigger ones.
+		return 4 * e.cfg.FreshChunkSize
+	}
+	return e.cfg.FreshChunkSize
+}
+
 // freshCut returns where a fresh 1-1 step over (lo, hi] ends: the key n
 // rows after lo, n what this definition's pace allows in one step budget
 // (one walk of the key's index), or hi when the range holds no more.
 func (e *Engine) freshCut(ctx context.Context, tx pgx.Tx, cd *compiledDef, lo, hi *string) (*string, error) {
 	c := cd.c
-	n := e.paces.rows(cd.id, e.cfg.BuildStepBudget, e.cfg.FreshChunkSize)
+	most := e.freshChunkRows(c)
+	n := e.paces.rows(cd.id, e.cfg.BuildStepBudget, most)
 	if e.plant.firstSlice > 0 {
 		n = e.plant.firstSlice
 	}
-	if n >= e.cfg.FreshChunkSize {
+	if n >= most {
 		return hi, nil
 	}
 	where, args := e.rangeWhere(c, lo, hi, 2)
@@ -294,18 +307,11 @@ const planStepRows = 100_000
 // most planStepRows keys' worth; finished, it stopped at the current
 // maximum (later rows are captured), else next is where the following step
 // goes on. It returns the rows it planned.
-func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh bool, lo *string) (n int64, next *string, finished bool, err error) {
+func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
 	c := cd.c
 	size := e.cfg.BuildChunkSize
 	if fresh {
-		// One set-based statement per chunk: bigger chunks, fewer
-		// transactions (a page of this definition waits for one chunk).
-		size = e.cfg.FreshChunkSize
-		if c.Spec.IsAggregate() {
-			// Aggregate chunks run one at a time (the other worker waits
-			// out its lock timeout on the ledger): fewer, bigger ones.
-			size *= 4
-		}
+		size = e.freshChunkRows(c)
 	}
 	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) VALUES ($1, $2, 'chunk', $3, $4)", e.tbl("_build_tasks"))
 	if c.KeyNullable {
@@ -326,7 +332,9 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 	key := keySQL(ident(SourceAlias), c.Key, false)
 	var total int64
 	for step := 0; ; step++ {
-		if step == steps {
+		// Bounded by keys and by the step budget (each chunk boundary is
+		// an index walk of a chunk's keys), at least one chunk a step.
+		if step == steps || (step > 0 && time.Now().After(until)) {
 			return total, lo, false, nil
 		}
 		// The key size rows on: one walk of the key's index, nothing kept.

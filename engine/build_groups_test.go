@@ -25,6 +25,7 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 	cfg := fastConfig()
 	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
+	cfg.BuildStepBudget = time.Hour // whole steps: the test counts them
 	e := New(pool, cfg)
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)
