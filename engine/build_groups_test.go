@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,10 +68,16 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	step() // the plan: 1000 rows in chunks of 4 x 50
-	step() // the first chunk, ids 1..200
-	if p, c, g := tasks(); p != "done" || c != "done,open,open,open,open" || g != "open" {
-		t.Fatalf("after the plan and one chunk: plan %q, chunks %q, groups %q", p, c, g)
+	// The plan (1000 rows in chunks of 4 x 50) and the first chunk's steps
+	// (each cut to the step budget) until group 99's keys are built.
+	for count(t, pool, `SELECT 1 FROM agg__ledger WHERE k IN ('1','2','3','4','5')`) < 5 {
+		step()
+	}
+	if _, _, g := tasks(); g != "open" {
+		t.Fatalf("groups task %q after the first chunk's step", g)
+	}
+	if n := count(t, pool, `SELECT 1 FROM agg__ledger WHERE k = '900'`); n != 0 {
+		t.Fatal("the range of key 900 was built before the pages ran")
 	}
 	if n := count(t, pool, `SELECT 1 FROM agg`); n != 0 {
 		t.Fatalf("a chunk wrote %d group rows; chunks write ledger entries only", n)
@@ -109,11 +116,18 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 
 	// The rest of the chunks first (the groups task waits for them), then
 	// the groups task, whose commit lets the build go live.
-	for i := 0; i < 4; i++ {
-		step()
-		if _, _, g := tasks(); g != "open" {
-			t.Fatalf("groups task %q while chunks remain", g)
+	for {
+		p, c, g := tasks()
+		if p == "done" && !strings.Contains(c, "open") {
+			break
 		}
+		if g != "open" {
+			t.Fatalf("groups task %q while the plan (%q) or chunks (%q) remain", g, p, c)
+		}
+		if st, _, _ := storedStatus(t, e, "agg"); st != "backfilling" {
+			t.Fatalf("agg is %s with its groups step still open", st)
+		}
+		step()
 	}
 	if st, _, _ := storedStatus(t, e, "agg"); st != "backfilling" {
 		t.Fatalf("agg is %s with its groups step still open", st)
@@ -189,13 +203,14 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 	}
 	await("the build never started", func() bool { return buildOf() != 0 })
 	first := buildOf()
-	for i := 0; i < 2; i++ { // the plan, then the first chunk (ids 1..200)
+	// The plan's steps, then the first chunk step's entries.
+	for count(t, pool, `SELECT 1 FROM agg__ledger`) == 0 {
 		if did, err := e.buildStep(ctx, "test"); err != nil || !did {
 			t.Fatalf("build step: %v %v", did, err)
 		}
 	}
-	if n := count(t, pool, `SELECT 1 FROM agg__ledger`); n != 200 {
-		t.Fatalf("the first chunk wrote %d entries, want 200", n)
+	if st, _, _ := storedStatus(t, e, "agg"); st != "backfilling" {
+		t.Fatalf("agg is %s after one chunk step", st)
 	}
 	var queued []string
 	if err := pool.QueryRow(ctx, `SELECT trellis._request_backfill(current_user::regrole, to_regclass('s')::oid, 's', NULL)`).Scan(&queued); err != nil || len(queued) != 1 {
