@@ -45,6 +45,11 @@ func TestAlterTransformAddAlterDropUnderWriters(t *testing.T) {
 	wantErr(t, err, pgerr.UndefinedColumn, "UnresolvedColumn")
 	_, err = applyText(t, e, `ALTER TRANSFORM ov ADD now() AS t`)
 	wantErr(t, err, pgerr.InvalidObjectDefinition, "NonImmutableConstruct")
+	volatileAdd := `ALTER TRANSFORM ov ADD qty + 1 AS q1, ADD qty * random() AS r`
+	_, err = applyText(t, e, volatileAdd)
+	if pe := wantErr(t, err, pgerr.InvalidObjectDefinition, "NonImmutableConstruct"); pe.Position != strings.Index(volatileAdd, "random")+1 {
+		t.Fatalf("NonImmutableConstruct at %d, want the call at %d", pe.Position, strings.Index(volatileAdd, "random")+1)
+	}
 	_, err = applyText(t, e, `ALTER TRANSFORM ov DROP gross`)
 	if pe := wantErr(t, err, pgerr.DependentObjectsStillExist, "DependentsBlockDrop"); !strings.Contains(pe.Detail, "down.g1 reads ov.gross") || pe.Position != 25 {
 		t.Fatalf("DependentsBlockDrop detail %q position %d", pe.Detail, pe.Position)

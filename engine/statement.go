@@ -324,6 +324,21 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		})
 		return sql, cols, err
 	}
+	trees := &formulaTrees{roots: map[string]formulaNode{}}
+	trees.render = func(n formulaNode) (string, error) {
+		sql, _, err := render(n.rf, n.e)
+		return sql, err
+	}
+	trees.field = func(n formulaNode) (formulaNode, bool) {
+		for _, r := range n.rf.Refs {
+			if r.Ref == n.e && r.Kind == grammar.RefField {
+				root, ok := trees.roots[r.Field]
+				return root, ok
+			}
+		}
+		return formulaNode{}, false
+	}
+	spec.formulas = trees
 	fields := make([]Field, len(res.Fields))
 	keep := make([]bool, len(res.Fields))
 	for _, i := range res.Order {
@@ -337,6 +352,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 			}
 			f.Expr, f.Reads = sql, dedupe(cols)
 			rendered[rf.Name], reads[rf.Name] = sql, f.Reads
+			trees.roots[rf.Name] = formulaNode{rf, rf.Expr}
 			keep[i] = true
 		case rf.Passthrough:
 			// The key column exists whether or not it is selected.
@@ -358,6 +374,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 					return nil, err
 				}
 				f.Expr, f.Reads = sql, dedupe(cols)
+				trees.roots[rf.Name] = formulaNode{rf, call.Args[0]}
 			}
 			keep[i] = true
 		default:
@@ -412,8 +429,9 @@ func dedupe(in []string) []string {
 //     columns (which also looks through casts that go via text I/O).
 func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec) error {
 	type probe struct {
-		sql string
-		pos grammar.Pos
+		sql   string
+		pos   grammar.Pos
+		field string // "" for a GROUP BY key
 	}
 	var probes []probe
 	fieldPos := map[string]grammar.Pos{}
@@ -421,11 +439,11 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		fieldPos[f.Name] = f.Pos
 	}
 	for _, g := range spec.GroupBy {
-		probes = append(probes, probe{g.Expr, st.Pos})
+		probes = append(probes, probe{g.Expr, st.Pos, ""})
 	}
 	for _, f := range spec.Fields {
 		if f.Expr != "" {
-			probes = append(probes, probe{f.Expr, fieldPos[f.Name]})
+			probes = append(probes, probe{f.Expr, fieldPos[f.Name], f.Name})
 		}
 	}
 	if len(probes) == 0 {
@@ -533,6 +551,12 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 			continue
 		}
 		if pgerr.CodeOf(err) == pgerr.InvalidObjectDefinition {
+			// The caret goes on the call itself (Postgres gives no position).
+			if at, ok, lerr := e.mutableCall(ctx, q, spec.formulas, p.field); lerr != nil {
+				return lerr
+			} else if ok {
+				p.pos = at
+			}
 			return pgerr.New(pgerr.InvalidObjectDefinition, "formula is not immutable: it calls a volatile or stable function, or a cast that depends on session settings").
 				WithClass("validation", "NonImmutableConstruct").WithPosition(int(p.pos)).
 				WithDetail("targets must be computable from the source row alone (now(), random(), timestamptz-to-text casts and the like are refused)").

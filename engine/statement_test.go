@@ -104,7 +104,13 @@ func TestApplyTransformRefusals(t *testing.T) {
 		pos                       int // 1-based, 0 = don't care
 	}{
 		{"volatile", "TRANSFORM t1 FROM orders SELECT random() * amount AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 33},
-		{"stable cast", "TRANSFORM t2 FROM orders SELECT placed_at::text AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 33},
+		{"stable cast", "TRANSFORM t2 FROM orders SELECT placed_at::text AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 42},
+		// The caret is on the call that is not immutable, not on the formula.
+		{"volatile operand", "TRANSFORM t14 FROM orders SELECT amount * random() AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 43},
+		{"stable cast inside", "TRANSFORM t10 FROM orders SELECT coalesce(note, '') || length(placed_at::text) AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 72},
+		{"stable operator", "TRANSFORM t11 FROM orders SELECT abs(amount) + extract(epoch FROM placed_at + interval '1 day') AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 77},
+		{"through a field", "TRANSFORM t12 FROM orders SELECT a2 * 2 AS b, amount + amount * random() AS a2", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 65},
+		{"aggregate argument", "TRANSFORM t13 FROM orders GROUP BY note SELECT SUM(amount * random()) AS s", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 61},
 		// The formulas are probed together first; the one-by-one fallback
 		// still names the second.
 		{"second of two", "TRANSFORM t9 FROM orders SELECT amount AS a, random() * amount AS x", pgerr.InvalidObjectDefinition, "NonImmutableConstruct", 46},

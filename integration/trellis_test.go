@@ -218,8 +218,8 @@ func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// D8 through the proxy's lent connection: a volatile formula is refused
-	// with the Trellis variant, at the formula.
-	q = "TRANSFORM t4 FROM s SELECT now() AS b"
+	// with the Trellis variant, the caret on the call itself.
+	q = "TRANSFORM t4 FROM s SELECT a * 2 + extract(epoch FROM now())::int AS b"
 	_, err = c.Exec(ctx, q)
 	if pe := pgErrOf(t, err); pe.Code != "42P17" || !strings.Contains(pe.Detail, "NonImmutableConstruct") || int(pe.Position) != strings.Index(q, "now")+1 {
 		t.Fatalf("volatile formula: %s %s %q at %d", pe.Code, pe.Message, pe.Detail, pe.Position)
