@@ -24,7 +24,7 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	defer conn.Release()
 	var fenced []int64
 	for {
-		did, refused, err := e.buildTry(ctx, conn, fenced)
+		did, refused, err := e.buildTry(ctx, id, conn, fenced)
 		if refused == 0 {
 			return did, err
 		}
@@ -32,23 +32,24 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 	}
 }
 
-// buildTry runs the first open task of a definition not in skip; refused
-// is the task's definition when its fence was refused (nothing done).
-func (e *Engine) buildTry(ctx context.Context, conn *pgxpool.Conn, skip []int64) (did bool, refused int64, err error) {
+// buildTry runs, as worker id, the first open task of a definition not in
+// skip; refused is the task's definition when its fence was refused
+// (nothing done).
+func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, skip []int64) (did bool, refused int64, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, 0, err
 	}
 	defer tx.Rollback(context.Background())
 	var taskID, defID, build int64
-	var kind string
+	var kind, target string
 	var lo, hi *string
-	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT t.id, t.definition_id, t.build_id, t.kind, t.lo, t.hi
+	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT t.id, t.definition_id, t.build_id, t.kind, t.lo, t.hi, d.target_table
 		FROM %[1]s t JOIN %[2]s d ON d.id = t.definition_id AND d.build_id = t.build_id AND d.status = 'backfilling'
 		WHERE t.state = 'open' AND coalesce(t.next_attempt_at, '-infinity') <= now() AND t.definition_id <> ALL(coalesce($1::bigint[], '{}'))
 		  AND (t.kind <> 'groups' OR NOT EXISTS (SELECT 1 FROM %[1]s o WHERE o.build_id = t.build_id AND o.kind <> 'groups' AND o.state <> 'done'))
 		ORDER BY t.kind DESC, t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, e.tbl("_build_tasks"), e.tbl("_definitions")), skip).
-		Scan(&taskID, &defID, &build, &kind, &lo, &hi)
+		Scan(&taskID, &defID, &build, &kind, &lo, &hi, &target)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, 0, nil
 	}
@@ -61,6 +62,10 @@ func (e *Engine) buildTry(ctx context.Context, conn *pgxpool.Conn, skip []int64)
 	}
 	if !got {
 		return false, defID, nil
+	}
+	e.states.working(id, "building", target+" "+kind)
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("build-task")
 	}
 	did, err = e.runBuildTask(ctx, tx, taskID, defID, build, kind, lo, hi)
 	return did, 0, err

@@ -92,7 +92,7 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 			e.metrics().PageDone(time.Since(t0), err)
 		}
 	}()
-	did, at, err := e.drainPageTry(ctx, nil)
+	did, at, err := e.drainPageTry(ctx, id, nil)
 	if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
 		return did, err
 	}
@@ -101,7 +101,7 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 		// a savepoint and, when they fail, each key alone; keys that fail alone
 		// are charged and skipped, the rest of the page commits.
 		e.log.Info("page failed; probing its keys", "batch", at.batch, "bucket", at.bucket, "err", err)
-		did, _, err = e.drainPageTry(ctx, &at)
+		did, _, err = e.drainPageTry(ctx, id, &at)
 		if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
 			return did, err
 		}
@@ -122,8 +122,9 @@ type bucketRef struct {
 }
 
 // drainPageTry claims a bucket (the given one when only is set, for a probe)
-// and applies one page of it; it returns the bucket it worked on.
-func (e *Engine) drainPageTry(ctx context.Context, only *bucketRef) (bool, bucketRef, error) {
+// and applies one page of it as worker id; it returns the bucket it worked
+// on.
+func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (bool, bucketRef, error) {
 	probe := only != nil
 	var ref bucketRef
 	conn, err := e.workers.Acquire(ctx)
@@ -159,6 +160,7 @@ func (e *Engine) drainPageTry(ctx context.Context, only *bucketRef) (bool, bucke
 		return false, ref, err
 	}
 	ref = bucketRef{batch, bucket}
+	e.states.working(id, "draining", fmt.Sprintf("batch %d bucket %d", batch, bucket))
 	var waited time.Duration
 	t0 := time.Now()
 	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)

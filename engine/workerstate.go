@@ -12,7 +12,10 @@ import (
 type WorkerState struct {
 	ID, Kind, State string // kind staging|drain; state standby|holding|idle|draining|building
 	Since           time.Time
-	Detail          string
+	// Detail is the work in hand, or the last done while the state stays
+	// (a page's "batch 1842 bucket 3", a build's "public.t chunk");
+	// empty when idle or waiting.
+	Detail string
 }
 
 type workerStates struct {
@@ -31,6 +34,23 @@ func (w *workerStates) set(id, kind, state string) {
 		return
 	}
 	w.m[id] = &WorkerState{ID: id, Kind: kind, State: state, Since: time.Now()}
+}
+
+// working records that a registered worker took on a piece of work (a page
+// or a build task it just claimed): its state and what the work is. An id
+// Run did not register (a test calling a step directly) is not listed.
+func (w *workerStates) working(id, state, detail string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.m[id]
+	if s == nil {
+		return
+	}
+	if s.State != state {
+		s = &WorkerState{ID: id, Kind: s.Kind, State: state, Since: time.Now()}
+		w.m[id] = s
+	}
+	s.Detail = detail
 }
 
 func (w *workerStates) clear() {
