@@ -437,7 +437,7 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 		}
 	}
 	if e.plant.pageHook != nil {
-		e.plant.pageHook("locked")
+		e.plant.pageHook("locked " + cd.c.Spec.Target.Name)
 	}
 	if !cd.c.Spec.IsAggregate() {
 		_, err := tx.Exec(ctx, cd.derive, args...)

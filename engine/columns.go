@@ -83,6 +83,10 @@ BEGIN
            WHERE f ->> 'name' = x.field OR x.via_key
            ORDER BY 2, 3
   LOOP
+    -- Before any lock of it: the reader's pages and tasks in flight, which
+    -- read the pause set before this pause, end first, so none writes the
+    -- field after the pause commits (a whole-transform pause does the same).
+    PERFORM {{S}}._fence_definition(r.reader_id);
     INSERT INTO {{S}}._paused_columns (definition_id, column_name, local) VALUES (r.reader_id, r.field, false)
       ON CONFLICT (definition_id, column_name) DO NOTHING;
     fresh := FOUND;

@@ -2,7 +2,15 @@ package engine
 
 // Deterministic regressions for bugs the differential test found.
 
-import "testing"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/grammar"
+)
 
 // ALTER TRANSFORM with only ALTER clauses changes no column of the target;
 // it once sent a bare "ALTER TABLE t" (42601). Found by the differential
@@ -57,4 +65,113 @@ func TestRebuildSweepsNullableKeyedReader(t *testing.T) {
 	awaitLive(t, e, "byg_copy")
 	converge(t, e)
 	assertSame(t, pool, `SELECT g, t2 FROM byg_copy`, `SELECT g, sum(v) FROM s GROUP BY g`)
+}
+
+// A field pause that cascades to a reader's field waits for the reader's
+// page already in flight, as a whole-transform pause waits for its own
+// (the definition fence): from the PAUSE's commit on, no page writes a
+// paused field. The cascade once skipped the readers' fences, so a page
+// that read the pause set before the PAUSE committed wrote the cascaded
+// field after it. Found by the differential test's column pauses.
+func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE cs (id int PRIMARY KEY, v int)`)
+	exec(t, pool, `INSERT INTO cs SELECT g, g FROM generate_series(1, 20) g`)
+	var armed atomic.Bool
+	var once sync.Once
+	held, release := make(chan struct{}), make(chan struct{})
+	e := New(pool, fastConfig())
+	e.plant.pageHook = func(stage string) {
+		if stage == "locked rd" && armed.Load() {
+			once.Do(func() { close(held); <-release })
+		}
+	}
+	runHooked(t, e)
+	for _, s := range []string{`TRANSFORM up FROM cs SELECT v * 2 AS dbl, v AS v`, `TRANSFORM rd FROM up SELECT dbl + 1 AS d1, v AS w`} {
+		if _, err := applyText(t, e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitLive(t, e, "up")
+	awaitLive(t, e, "rd")
+
+	// A page of rd holds key 1, about to write d1 = 2 * 101 + 1.
+	armed.Store(true)
+	exec(t, pool, `UPDATE cs SET v = v + 100 WHERE id = 1`)
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no page of rd started")
+	}
+	d1Of := func() int {
+		t.Helper()
+		var d1 int
+		if err := pool.QueryRow(ctx, `SELECT d1 FROM rd WHERE id = 1`).Scan(&d1); err != nil {
+			t.Fatal(err)
+		}
+		return d1
+	}
+	before := d1Of()
+	st, err := grammar.Parse(`PAUSE TRANSFORM up.dbl`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := make(chan error, 1)
+	go func() {
+		_, err := applyOnce(ctx, e, st)
+		paused <- err
+	}()
+	// The PAUSE either returns at once (the page then writes the paused
+	// field) or waits on rd's fence, an advisory lock, until the page ends.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		select {
+		case err := <-paused:
+			close(release)
+			if err != nil {
+				t.Fatal(err)
+			}
+			converge(t, e)
+			t.Fatalf("PAUSE TRANSFORM up.dbl committed while rd's page was in flight; d1 of key 1 is now %d, written after the pause (it was %d)",
+				d1Of(), before)
+		default:
+		}
+		if count(t, pool, `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("PAUSE neither returned nor waited on a fence")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	// The page committed before the pause; nothing writes d1 after it.
+	if d1 := d1Of(); d1 != 203 {
+		t.Fatalf("d1 of key 1 is %d when the pause committed, want 203 (the page before it)", d1)
+	}
+	exec(t, pool, `UPDATE cs SET v = v + 100 WHERE id <= 5`)
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, d1, w FROM rd`, `SELECT id, CASE id WHEN 1 THEN 203 ELSE CASE WHEN id <= 5 THEN (v - 100) * 2 + 1 ELSE v * 2 + 1 END END, v FROM cs`)
+}
+
+// runHooked migrates and runs an engine whose plants a test set, until the
+// test ends.
+func runHooked(t *testing.T, e *Engine) {
+	t.Helper()
+	if err := e.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine run: %v", err)
+		}
+		e.Close()
+	})
 }
