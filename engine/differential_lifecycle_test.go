@@ -5,8 +5,9 @@ package engine
 // statements", "source schema change under load"): PAUSE then RESUME,
 // PAUSE and DROP then define again, request_backfill, a read column renamed
 // and renamed back (its readers pause with a capture_failure and are
-// resumed), and one leaf paused to the end, whose target must stay exactly
-// as it was when the pause committed.
+// resumed), PAUSE t.col then RESUME t.col (every field the pause reaches by
+// cascade must keep its values while paused), and one leaf paused to the
+// end, whose target must stay exactly as it was when the pause committed.
 
 import (
 	"context"
@@ -28,6 +29,9 @@ type lifecycle struct {
 	dr  *diffRun
 	set *engineSet
 	r   *rand.Rand
+	// rc draws the column pauses, apart from r so the other operations of
+	// a seed are drawn as they were before column pauses existed.
+	rc *rand.Rand
 	// ddl serialises the operator's schema changes with definitions made
 	// by the test's main goroutine (a define during a rename would fail).
 	ddl sync.Mutex
@@ -42,7 +46,8 @@ type lifecycle struct {
 }
 
 func newLifecycle(dr *diffRun, set *engineSet, seed uint64) *lifecycle {
-	return &lifecycle{dr: dr, set: set, r: rand.New(rand.NewPCG(seed, 77)), frozen: map[string]string{}, ops: map[string]int{}}
+	return &lifecycle{dr: dr, set: set, r: rand.New(rand.NewPCG(seed, 77)), rc: rand.New(rand.NewPCG(seed, 78)),
+		frozen: map[string]string{}, ops: map[string]int{}}
 }
 
 func (l *lifecycle) note(format string, args ...any) {
@@ -161,6 +166,12 @@ func (l *lifecycle) run(stop context.Context, defined func(string) bool) error {
 			continue
 		}
 		d := defs[l.r.IntN(len(defs))]
+		if l.rc.IntN(100) < 25 {
+			if err := l.pauseColumn(defs[l.rc.IntN(len(defs))]); err != nil {
+				return err
+			}
+			continue
+		}
 		var err error
 		switch x := l.r.IntN(100); {
 		case x < 30:
@@ -207,6 +218,153 @@ func (l *lifecycle) pauseResume(d *dDef) error {
 	}
 	l.count("pause_resume")
 	return nil
+}
+
+// pauseColumn pauses one field of d (PAUSE TRANSFORM d.f, cascading to
+// every field that reads it), snapshots every paused field, lets the
+// writers run, checks that no paused field was written, and resumes the
+// field (releasing the cascade). A row that appeared meanwhile (a new key
+// or group, or one deleted and inserted again) has the paused field NULL:
+// it was never written.
+func (l *lifecycle) pauseColumn(d *dDef) error {
+	if len(d.fields) == 0 {
+		return nil
+	}
+	f := d.fields[l.rc.IntN(len(d.fields))]
+	addr := ident(d.name) + "." + ident(f.name)
+	l.note("PAUSE %s", addr)
+	err := l.statement("PAUSE TRANSFORM " + addr)
+	if pe, ok := pgerr.As(err); ok && pe.Variant == "ColumnNotFound" {
+		return nil // an ALTER dropped it from the stored definition
+	}
+	if err != nil {
+		return err
+	}
+	snaps, err := l.snapshotPausedFields()
+	if err != nil {
+		return err
+	}
+	sleepCtx(context.Background(), time.Duration(l.rc.IntN(400))*time.Millisecond)
+	var written []string
+	for _, sn := range snaps {
+		n, err := l.countWritten(sn)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			written = append(written, fmt.Sprintf("%s.%s: %d rows", sn.def.name, sn.col, n))
+		}
+		if _, err := l.dr.pool.Exec(context.Background(), "DROP TABLE "+sn.table); err != nil {
+			return err
+		}
+	}
+	if len(written) > 0 {
+		return fmt.Errorf("paused fields written after PAUSE %s: %s", addr, strings.Join(written, ", "))
+	}
+	l.note("RESUME %s", addr)
+	if err := l.resumeColumn(d, addr); err != nil {
+		return err
+	}
+	l.count("pause_column")
+	return nil
+}
+
+// pausedSnap is one paused field's values when its pause committed.
+type pausedSnap struct {
+	def   *dDef
+	col   string
+	keys  []string
+	table string
+}
+
+// snapshotPausedFields copies the key and value of every field paused now
+// (pages that began before the pause committed have committed too: the
+// pause waited for them on the definition's fence).
+func (l *lifecycle) snapshotPausedFields() ([]pausedSnap, error) {
+	ctx := context.Background()
+	rows, err := l.dr.pool.Query(ctx, `SELECT d.compiled #>> '{spec,target,name}', pc.column_name
+		FROM trellis._paused_columns pc JOIN trellis._definitions d ON d.id = pc.definition_id ORDER BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	type paused struct{ def, col string }
+	var all []paused
+	for rows.Next() {
+		var p paused
+		if err := rows.Scan(&p.def, &p.col); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		all = append(all, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []pausedSnap
+	for i, p := range all {
+		var d *dDef
+		for _, o := range l.dr.defs {
+			if o.name == p.def {
+				d = o
+			}
+		}
+		if d == nil || l.isFrozen(d.name) {
+			continue // frozen targets are compared whole at the end
+		}
+		keys, _ := d.outCols()
+		var cols []string
+		for _, k := range keys {
+			cols = append(cols, ident(k))
+		}
+		sn := pausedSnap{def: d, col: p.col, keys: keys, table: fmt.Sprintf("paused_snap_%d", i)}
+		if _, err := l.dr.pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s AS SELECT %s, %s::text AS v FROM %s",
+			sn.table, strings.Join(cols, ", "), ident(p.col), ident(d.name))); err != nil {
+			return nil, err
+		}
+		out = append(out, sn)
+	}
+	return out, nil
+}
+
+// countWritten counts the rows whose paused field differs from the
+// snapshot: a changed value, or a value where the row is new.
+func (l *lifecycle) countWritten(sn pausedSnap) (int64, error) {
+	var on []string
+	for _, k := range sn.keys {
+		on = append(on, fmt.Sprintf("t.%s IS NOT DISTINCT FROM s.%s", ident(k), ident(k)))
+	}
+	var n int64
+	err := l.dr.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*) FROM %s t LEFT JOIN %s s ON %s
+		WHERE t.%s IS NOT NULL AND (s.v IS NULL OR t.%s::text <> s.v)`,
+		ident(sn.def.name), sn.table, strings.Join(on, " AND "), ident(sn.col), ident(sn.col))).Scan(&n)
+	return n, err
+}
+
+// resumeColumn resumes a paused field once its definition is live again
+// (a rebuild an earlier operation started may still run; a definition a
+// capture_failure paused is resumed first).
+func (l *lifecycle) resumeColumn(d *dDef, addr string) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := l.statement("RESUME TRANSFORM " + addr)
+		pe, ok := pgerr.As(err)
+		switch {
+		case err == nil:
+			return nil
+		case ok && pe.Variant == "ColumnNotPaused":
+			return nil
+		case ok && pe.Variant == "DefinitionNotLive" && time.Now().Before(deadline):
+			if st, _, _ := storedStatus(l.dr.t, l.set.any(), d.name); st == "paused" {
+				if err := l.resume(d.name); err != nil {
+					return err
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			return fmt.Errorf("RESUME %s: %w", addr, err)
+		}
+	}
 }
 
 // resume resumes a paused definition; one that a concurrent step already

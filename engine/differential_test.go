@@ -599,7 +599,11 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 	cfg.BuildChunkSize = 5 + r.IntN(40)
 	cfg.DrainWorkers = 2
 	var logBuf syncBuffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level := slog.LevelInfo
+	if os.Getenv("TRELLIS_DIFF_DEBUG") != "" { // build tasks and retried steps in a failure's report
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: level}))
 	plant.keepLog = true
 	set := &engineSet{t: t, pool: pool, cfg: cfg, plant: plant}
 	dr.logs = &logBuf
@@ -704,7 +708,7 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 		}
 		if err != nil {
 			st, _ := e.Status(context.Background())
-			t.Fatalf("seed %d: %v\n%+v\njournal:\n%s", seed, err, st, strings.Join(dr.life.journal, "\n"))
+			t.Fatalf("seed %d: %v\n%+v\njournal:\n%s\n%s", seed, err, st, strings.Join(dr.life.journal, "\n"), dr.stuckBuilds())
 		}
 		t.Logf("seed %d: lifecycle operations %s", seed, dr.life.summary())
 		if dr.life.total() == 0 {
@@ -777,6 +781,51 @@ func (dr *diffRun) compareAll() []string {
 		}
 	}
 	return out
+}
+
+// stuckBuilds describes the build work of every definition not live and
+// the engines' warnings, for a settle that timed out.
+func (dr *diffRun) stuckBuilds() string {
+	var b strings.Builder
+	rows, err := dr.pool.Query(context.Background(), `SELECT format('%s: %s', d.compiled #>> '{spec,target,name}', row(d.status, d.build_id, d.status_detail,
+		  (SELECT json_agg(row(t.id, t.build_id, t.kind, t.state, t.attempts, t.last_error, t.next_attempt_at, t.lo, t.rows_done) ORDER BY t.id) FROM trellis._build_tasks t WHERE t.definition_id = d.id)))
+		FROM trellis._definitions d WHERE d.status <> 'live' ORDER BY d.id`)
+	if err == nil {
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			b.WriteString("  " + s + "\n")
+		}
+		rows.Close()
+	}
+	rows, err = dr.pool.Query(context.Background(), `SELECT format('%s', row(pid, application_name, state, wait_event_type, wait_event,
+		  now() - xact_start, left(query, 300)))
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' ORDER BY pid`)
+	if err == nil {
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			b.WriteString("  backend " + s + "\n")
+		}
+		rows.Close()
+	}
+	rows, err = dr.pool.Query(context.Background(), `SELECT format('%s', row(l.pid, l.locktype, l.mode, l.granted, l.classid, l.objid, l.relation::regclass, a.application_name, a.state))
+		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.pid <> pg_backend_pid() AND (l.locktype = 'advisory' OR NOT l.granted) ORDER BY l.pid`)
+	if err == nil {
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			b.WriteString("  lock " + s + "\n")
+		}
+		rows.Close()
+	}
+	for _, line := range strings.Split(dr.logs.String(), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "build task") || strings.Contains(line, "step retried") {
+			b.WriteString("  " + line + "\n")
+		}
+	}
+	return b.String()
 }
 
 func diffSeeds() []uint64 {
