@@ -57,7 +57,11 @@ func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, sk
 		return false, 0, err
 	}
 	var got bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), defID).Scan(&got); err != nil {
+	// The fence, then the build mark (fence.go): a lifecycle statement
+	// cancels a step holding the mark instead of waiting for it.
+	if err := tx.QueryRow(ctx, "SELECT CASE WHEN pg_try_advisory_xact_lock_shared($1, "+fenceObject("$2::bigint")+
+		") THEN pg_advisory_xact_lock_shared($3, "+fenceObject("$2::bigint")+") IS NOT NULL ELSE false END",
+		e.fenceClass(), defID, e.buildMarkClass()).Scan(&got); err != nil {
 		return false, 0, err
 	}
 	if !got {

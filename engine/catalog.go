@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -238,7 +239,8 @@ ALTER TABLE {{S}}._change_log DROP CONSTRAINT IF EXISTS _change_log_op_check;
 
 func (e *Engine) renderCatalogSQL(s string) string {
 	s = strings.ReplaceAll(s, "{{SL}}", strings.ReplaceAll(ident(e.cfg.Schema), "'", "''"))
-	s = strings.ReplaceAll(s, "{{FENCE}}", itoa(int(e.fenceClass())))
+	s = strings.ReplaceAll(s, "{{FENCE}}", strconv.Itoa(int(e.fenceClass())))
+	s = strings.ReplaceAll(s, "{{BUILDMARK}}", strconv.Itoa(int(e.buildMarkClass())))
 	return strings.ReplaceAll(s, "{{S}}", ident(e.cfg.Schema))
 }
 

@@ -29,10 +29,31 @@ import "hash/fnv"
 // collision (another instance's class, ids 2^31 apart) only makes one
 // definition's lifecycle statement wait for another's pages: never wrong.
 
+// Build steps are cut short rather than waited for. A build task also takes
+// a shared "build mark" (the same object key under buildMarkClass) right
+// after its fence, so a lifecycle statement that finds the fence held can
+// tell build steps from pages in pg_locks: _fence_definition cancels the
+// backends holding the mark before it queues for the fence. The cancelled
+// step's statement fails with 57014, which the worker treats as transient
+// (rolled back, not charged, retried once the fence is free: its cursor
+// and rows are where its last commit left them), so a PAUSE or DROP of a
+// building transform waits for a cancel and a rollback, not for a chunk of
+// 50,000 rows. Pages are waited for (their length is bounded by the page
+// size, and they carry every other transform's changes too). A cancel that
+// lands between two of the step's statements is ignored by PostgreSQL; the
+// wait is then the step's remaining statements, as before the mark.
+
 // fenceClass is the advisory lock class of this instance's definitions.
 func (e *Engine) fenceClass() int32 {
 	h := fnv.New32a()
 	h.Write([]byte("trellis-definition-fence:" + e.cfg.Schema))
+	return int32(h.Sum32())
+}
+
+// buildMarkClass is the advisory lock class of the build mark.
+func (e *Engine) buildMarkClass() int32 {
+	h := fnv.New32a()
+	h.Write([]byte("trellis-build-mark:" + e.cfg.Schema))
 	return int32(h.Sum32())
 }
 

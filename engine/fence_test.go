@@ -343,3 +343,117 @@ func TestFreshAggregateStepsAreCut(t *testing.T) {
 	converge(t, e)
 	assertSame(t, pool, `SELECT g, total, n FROM gt`, `SELECT g, SUM(a), COUNT(*) FROM s GROUP BY g`)
 }
+
+// A lifecycle statement cancels a build step of its definition in flight
+// instead of waiting for it (fence.go, the build mark): PAUSE returns while
+// the step is still stuck in a statement (here behind a lock the test
+// holds on the ledger), the step fails with 57014 uncharged, and the
+// build, resumed, ends exact.
+func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 2000) g`)
+	cfg := fastConfig()
+	cfg.DrainWorkers = -1 // the test runs the build steps itself
+	cfg.PageLockTimeout = 10 * time.Minute
+	e := New(pool, cfg)
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(rctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		e.Close()
+	}()
+	if _, err := applyText(t, e, `TRANSFORM t FROM s SELECT a * 2 AS a2`); err != nil {
+		t.Fatal(err)
+	}
+	// Run the plan, so that the next step is a chunk.
+	deadline := time.Now().Add(30 * time.Second)
+	for count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'chunk' AND state = 'open'`) == 0 {
+		if _, err := e.buildStep(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no chunk was planned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	exec(t, holder, `LOCK TABLE t__ledger IN ROW EXCLUSIVE MODE`)
+	stepped := make(chan error, 1)
+	go func() {
+		_, err := e.buildStep(context.Background(), "test")
+		stepped <- err
+	}()
+	// The chunk waits for the ledger lock, holding the fence and the mark.
+	deadline = time.Now().Add(30 * time.Second)
+	for count(t, pool, `SELECT 1 FROM pg_locks WHERE relation = 't__ledger'::regclass AND NOT granted`) == 0 {
+		select {
+		case err := <-stepped:
+			t.Fatalf("the chunk did not wait for the ledger: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the chunk never waited for the ledger lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	paused := make(chan error, 1)
+	go func() {
+		_, err := e.Apply(context.Background(), pool, mustParse(t, `PAUSE TRANSFORM t`), ApplyOptions{})
+		paused <- err
+	}()
+	select {
+	case err := <-paused:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("PAUSE waited for the build step instead of cancelling it")
+	}
+	select {
+	case err := <-stepped:
+		if codeOf(err) != "57014" || !transient(err) {
+			t.Fatalf("the cancelled step returned %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the build step was not cancelled")
+	}
+	if n := count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE attempts > 0`); n != 0 {
+		t.Fatalf("%d build tasks charged for a cancel", n)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := storedStatus(t, e, "t"); st != "paused" {
+		t.Fatalf("t is %s after PAUSE", st)
+	}
+	if _, err := applyText(t, e, `RESUME TRANSFORM t`); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		if st, _, _ := storedStatus(t, e, "t"); st == "live" {
+			break
+		}
+		if _, err := e.buildStep(ctx, "test"); err != nil && !transient(err) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("t never went live after RESUME")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	assertSame(t, pool, `SELECT id, a2 FROM t`, `SELECT id, a * 2 FROM s`)
+}

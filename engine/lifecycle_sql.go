@@ -8,8 +8,27 @@ package engine
 const lifecycleFunctions = `
 -- The definition fence (fence.go), exclusive, until the transaction ends:
 -- taken before the definition row's FOR UPDATE by every lifecycle function.
+-- When it is held, the build steps holding this definition's build mark are
+-- cancelled first (they retry after us, uncharged); pages are waited for. A
+-- backend we may not signal (another role's superuser) is waited for too.
 CREATE OR REPLACE FUNCTION {{S}}._fence_definition(def_id bigint) RETURNS void
-LANGUAGE sql VOLATILE AS $fn$ SELECT pg_advisory_xact_lock({{FENCE}}, (def_id & 2147483647)::int4) $fn$;
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE obj int4 := (def_id & 2147483647)::int4; p int;
+BEGIN
+  IF pg_try_advisory_xact_lock({{FENCE}}, obj) THEN
+    RETURN;
+  END IF;
+  FOR p IN SELECT l.pid FROM pg_catalog.pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+        AND l.classid = ({{BUILDMARK}})::int4::oid AND l.objid = obj::oid AND l.pid <> pg_backend_pid() LOOP
+    BEGIN
+      PERFORM pg_cancel_backend(p);
+    EXCEPTION WHEN insufficient_privilege THEN NULL;
+    END;
+  END LOOP;
+  PERFORM pg_advisory_xact_lock({{FENCE}}, obj);
+END $fn$;
 
 CREATE OR REPLACE FUNCTION {{S}}._lifecycle_check(acting regrole, def_id bigint) RETURNS record
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
