@@ -65,7 +65,7 @@ type Config struct {
 	PageSize           int           // keys per page, default 5000
 	BuildChunkSize     int           // keys per build chunk, default 5000
 	FreshChunkSize     int           // keys per chunk of a fresh build (one statement; aggregates 4x), default 10 x BuildChunkSize
-	BuildStepBudget    time.Duration // a build step (plan, locked-path chunk, sweep, fresh chunk) commits after about this long and goes on in the next transaction, default 25ms
+	BuildStepBudget    time.Duration // a build step (plan, locked-path chunk, sweep, fresh 1-1 chunk) commits after about this long and goes on in the next transaction, default 25ms
 	RetireChunk        int           // log rows deleted per statement, default 10000
 
 	Logger *slog.Logger

@@ -289,61 +289,6 @@ func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
 	assertSame(t, pool, `SELECT id, a2 FROM v`, `SELECT id, a * 2 FROM s`)
 }
 
-// A fresh aggregate build's chunks write ledger entries only (the groups
-// step writes the group rows), so their statements are cut to the step
-// budget like 1-1 chunks: with 7 rows a step the build takes many steps
-// and still ends exact, through a page's changes made meanwhile.
-func TestFreshAggregateStepsAreCut(t *testing.T) {
-	pool := testDB(t)
-	ctx := context.Background()
-	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, a int)`)
-	exec(t, pool, `INSERT INTO s SELECT x, x % 5, x FROM generate_series(1, 300) x`)
-	cfg := fastConfig()
-	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
-	cfg.BuildStepBudget = time.Nanosecond
-	e := New(pool, cfg)
-	e.plant.firstSlice = 7
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		e.Close()
-	}()
-	if _, err := applyText(t, e, `TRANSFORM gt FROM s GROUP BY g SELECT SUM(a) AS total, COUNT(*) AS n`); err != nil {
-		t.Fatal(err)
-	}
-	var partial bool
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st, _, _ := storedStatus(t, e, "gt")
-		if st == "live" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not live (status %s)", st)
-		}
-		if !partial {
-			partial = count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'chunk' AND state = 'open' AND rows_done % 7 = 0 AND rows_done > 0`) > 0
-			if partial {
-				exec(t, pool, `UPDATE s SET g = g + 1, a = a * 2 WHERE id % 4 = 0`)
-			}
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if !partial {
-		t.Fatal("no chunk was seen between steps with a 7-row cursor")
-	}
-	converge(t, e)
-	assertSame(t, pool, `SELECT g, total, n FROM gt`, `SELECT g, SUM(a), COUNT(*) FROM s GROUP BY g`)
-}
-
 // A lifecycle statement cancels a build step of its definition in flight
 // instead of waiting for it (fence.go, the build mark): PAUSE returns while
 // the step is still stuck in a statement (here behind a lock the test
