@@ -167,9 +167,9 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	where, args := e.rangeWhere(c, lo, hi, 1)
 	done := int64(-1)
 	if fresh {
-		// A 1-1 chunk's statement runs over a prefix of the range sized
-		// from this definition's pace so that it takes about the step
-		// budget; the rest is the next step's. Aggregate chunks stay whole:
+		// With a FreshStepBudget, a 1-1 chunk's statement runs over a
+		// prefix of the range sized from this definition's pace so that it
+		// takes about that budget; the rest is the next step's. Aggregate chunks stay whole:
 		// they run one at a time under the ledger's SHARE ROW EXCLUSIVE,
 		// and cut to the budget they made a 100,000-group build of 200,000
 		// rows about twice as slow (B8, 2026-12-01).
@@ -255,7 +255,10 @@ func (e *Engine) freshChunkRows(c *compiled) int {
 func (e *Engine) freshCut(ctx context.Context, tx pgx.Tx, cd *compiledDef, lo, hi *string) (*string, error) {
 	c := cd.c
 	most := e.freshChunkRows(c)
-	n := e.paces.rows(cd.id, e.cfg.BuildStepBudget, most)
+	if e.cfg.FreshStepBudget <= 0 {
+		return hi, nil
+	}
+	n := e.paces.rows(cd.id, e.cfg.FreshStepBudget, most)
 	if e.plant.firstSlice > 0 {
 		n = e.plant.firstSlice
 	}

@@ -206,7 +206,7 @@ func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
 	cfg := fastConfig()
 	cfg.DrainWorkers = -1 // this test runs the build steps itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
-	cfg.BuildStepBudget = time.Nanosecond
+	cfg.BuildStepBudget, cfg.FreshStepBudget = time.Nanosecond, time.Nanosecond
 	e := New(pool, cfg)
 	e.plant.firstSlice = 7
 	if err := e.Migrate(ctx); err != nil {
