@@ -69,7 +69,7 @@ func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, sk
 	}
 	e.states.working(id, "building", target+" "+kind)
 	if e.plant.pageHook != nil {
-		e.plant.pageHook("build-task")
+		e.plant.pageHook("build-task " + kind)
 	}
 	did, err = e.runBuildTask(ctx, tx, taskID, defID, build, kind, lo, hi)
 	return did, 0, err
@@ -410,12 +410,10 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = CASE
-		  WHEN (status_detail -> 'refresh_columns') - $2::text[] = '[]'::jsonb THEN nullif(status_detail - 'refresh_columns', '{}'::jsonb)
-		  ELSE jsonb_set(status_detail, '{refresh_columns}', (status_detail -> 'refresh_columns') - $2::text[]) END
-		WHERE id = $1 AND status_detail ? 'refresh_columns'`, e.tbl("_definitions")), cd.id, cols); err != nil {
-		return err
-	}
+	// The columns stay listed until the build goes live (tryLive clears
+	// them under its row lock): updating the definition row here, which
+	// this task and every page share-lock, while holding the ledger SHARE
+	// that those pages wait for, starved forever behind them.
 	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
 }

@@ -175,3 +175,62 @@ func runHooked(t *testing.T, e *Engine) {
 		e.Close()
 	})
 }
+
+// An aggregate field's refresh (after RESUME t.col) completes while pages
+// share-lock the definition row. It once updated that row while holding
+// the ledger SHARE those pages wait for: each page joined the row's share
+// lock ahead of the update and then waited on the ledger, so the update
+// starved and the build never ended (the differential test's column
+// pauses: seed 1796126038432999025, d4 backfilling for good).
+func TestFieldRefreshCompletesUnderSharedDefinitionLock(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE rs (id int PRIMARY KEY, g int, v int)`)
+	exec(t, pool, `INSERT INTO rs SELECT x, x % 4, x FROM generate_series(1, 200) x`)
+	var once sync.Once
+	atRefresh, release := make(chan struct{}), make(chan struct{})
+	e := New(pool, fastConfig())
+	e.plant.pageHook = func(stage string) {
+		if stage == "build-task refresh" {
+			once.Do(func() { close(atRefresh); <-release })
+		}
+	}
+	runHooked(t, e)
+	if _, err := applyText(t, e, `TRANSFORM ra FROM rs GROUP BY g SELECT g AS g, SUM(v) AS total, MAX(v) AS top`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "ra")
+	for _, s := range []string{`PAUSE TRANSFORM ra.top`, `RESUME TRANSFORM ra.top`} {
+		if _, err := applyText(t, e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-atRefresh:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no refresh task ran")
+	}
+	// A page's share lock on the definition row, held while the refresh runs.
+	page, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Rollback(ctx)
+	if _, err := page.Exec(ctx, `SELECT 1 FROM trellis._definitions WHERE compiled #>> '{spec,target,name}' = 'ra' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for deadline := time.Now().Add(30 * time.Second); count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'refresh' AND state = 'open'`) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the refresh did not complete while a page share-locked the definition")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	page.Rollback(ctx)
+	awaitLive(t, e, "ra")
+	converge(t, e)
+	assertSame(t, pool, `SELECT g, total, top FROM ra`, `SELECT g, SUM(v), MAX(v) FROM rs GROUP BY g`)
+	if n := count(t, pool, `SELECT 1 FROM trellis._definitions WHERE status_detail ? 'refresh_columns'`); n != 0 {
+		t.Fatal("refresh_columns left after the build went live")
+	}
+}

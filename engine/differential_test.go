@@ -39,7 +39,9 @@ var pinnedSeeds = []uint64{1795960113908280630, 1795960468835950693, 17959624399
 // alone sent a bare ALTER TABLE (42601; fixed in alter.go).
 // 1796118899947463274: a paused 1-1 reader of an aggregate target kept rows
 // of groups that vanished (the rebuild's sweep skipped nullable keys).
-var pinnedLifecycleSeeds = []uint64{1796118380445470786, 1796118899947463274}
+// 1796126038432999025: an aggregate field's refresh after RESUME t.col
+// starved updating the definition row behind pages (fixed in build.go).
+var pinnedLifecycleSeeds = []uint64{1796118380445470786, 1796118899947463274, 1796126038432999025}
 
 type dField struct {
 	name, expr string // expr uses {col} placeholders

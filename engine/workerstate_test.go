@@ -26,7 +26,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	e := New(pool, fastConfig())
 	e.plant.pageHook = func(stage string) {
 		switch stage {
-		case "build-task":
+		case "build-task plan", "build-task chunk", "build-task sweep", "build-task groups", "build-task refresh":
 			buildOnce.Do(func() { close(atBuild); <-release })
 		case "before-commit":
 			pageOnce.Do(func() { close(atPage); <-release })
