@@ -27,20 +27,7 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
 	cfg.BuildStepBudget = time.Hour // whole steps: the test counts them
-	e := New(pool, cfg)
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		e.Close()
-	}()
+	e, _ := startEngine(t, pool, cfg)
 	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
 		t.Fatal(err)
 	}
@@ -169,20 +156,7 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 	cfg := fastConfig()
 	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
-	e := New(pool, cfg)
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		e.Close()
-	}()
+	e, _ := startEngine(t, pool, cfg)
 	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MIN(v) AS low`); err != nil {
 		t.Fatal(err)
 	}

@@ -118,21 +118,9 @@ func TestBuildPlanWalksInSteps(t *testing.T) {
 	cfg.DrainWorkers = -1 // this test runs the build steps itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
 	cfg.BuildStepBudget = time.Hour // steps bounded by keys alone here
-	e := New(pool, cfg)
-	e.plant.planStepRows = 300 // three chunks a step
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		e.Close()
-	}()
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
+		e.plant.planStepRows = 300 // three chunks a step
+	})
 	if _, err := applyText(t, e, `TRANSFORM v FROM s SELECT a * 2 AS a2`); err != nil {
 		t.Fatal(err)
 	}
@@ -207,21 +195,9 @@ func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
 	cfg.DrainWorkers = -1 // this test runs the build steps itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
 	cfg.BuildStepBudget, cfg.FreshStepBudget = time.Nanosecond, time.Nanosecond
-	e := New(pool, cfg)
-	e.plant.firstSlice = 7
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		e.Close()
-	}()
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
+		e.plant.firstSlice = 7
+	})
 	status := func() string {
 		t.Helper()
 		var st string
@@ -302,20 +278,7 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 	cfg := fastConfig()
 	cfg.DrainWorkers = -1 // the test runs the build steps itself
 	cfg.PageLockTimeout = 10 * time.Minute
-	e := New(pool, cfg)
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(rctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		e.Close()
-	}()
+	e, _ := startEngine(t, pool, cfg)
 	if _, err := applyText(t, e, `TRANSFORM t FROM s SELECT a * 2 AS a2`); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,17 @@ func fastConfig() Config {
 // startEngine migrates and runs an engine until the test ends.
 func startEngine(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Engine, context.CancelFunc) {
 	t.Helper()
+	return startPlanted(t, pool, cfg, nil)
+}
+
+// startPlanted is startEngine with plant set on the engine before it
+// migrates and runs (planted faults, step sizes).
+func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg Config, plant func(*Engine)) (*Engine, context.CancelFunc) {
+	t.Helper()
 	e := New(pool, cfg)
+	if plant != nil {
+		plant(e)
+	}
 	// Diagnostics: keep every change-log row so a failure can show where a
 	// key's changes went (explainKeys).
 	e.plant.keepLog = os.Getenv("TRELLIS_KEEP_LOG") != ""
