@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -167,33 +166,13 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	where, args := e.rangeWhere(c, lo, hi, 1)
 	done := int64(-1)
 	if fresh {
-		// With a FreshStepBudget, a 1-1 chunk's statement runs over a
-		// prefix of the range sized from this definition's pace so that it
-		// takes about that budget; the rest is the next step's. Aggregate chunks stay whole:
-		// they run one at a time under the ledger's SHARE ROW EXCLUSIVE,
-		// and cut to the budget they made a 100,000-group build of 200,000
-		// rows about twice as slow (B8, 2026-12-01).
-		cut := hi
-		if !c.KeyNullable && !c.Spec.IsAggregate() {
-			if cut, err = e.freshCut(ctx, tx, cd, lo, hi); err != nil {
-				return err
-			}
-		}
-		fw, fa := where, args
-		if cut != hi {
-			fw, fa = e.rangeWhere(c, lo, cut, 1)
-		}
-		tgtConds, _ := e.rangeConds(c, "t2", lo, cut, 1)
-		t0 := time.Now()
-		if done, err = e.freshChunk(ctx, tx, cd, build, cd.freshSQL(fw, tgtConds), fa); err != nil {
-			return err
-		}
-		if done >= 0 {
-			e.paces.note(defID, done, time.Since(t0))
-		}
-		if done >= 0 && cut != hi {
-			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
-				e.tbl("_build_tasks")), taskID, *cut, done)
+		// One set-based statement over the whole chunk: a lifecycle
+		// statement cancels it rather than waiting (fence.go, the build
+		// mark). Cutting fresh chunks to the step budget cost the 1M-row
+		// 1-1 build ~20 % and a 100,000-group build about twice (B8,
+		// 2026-12-01).
+		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
+		if done, err = e.freshChunk(ctx, tx, cd, build, cd.freshSQL(where, tgtConds), args); err != nil {
 			return err
 		}
 	}
@@ -238,8 +217,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 }
 
 // freshChunkRows is the size of a fresh build's chunk: one set-based
-// statement per step, so bigger than a locked-path chunk (its steps are cut
-// to the budget, freshCut).
+// statement per step, so bigger than a locked-path chunk.
 func (e *Engine) freshChunkRows(c *compiled) int {
 	if c.Spec.IsAggregate() {
 		// Aggregate chunks run one at a time (the other worker waits out
@@ -247,36 +225,6 @@ func (e *Engine) freshChunkRows(c *compiled) int {
 		return 4 * e.cfg.FreshChunkSize
 	}
 	return e.cfg.FreshChunkSize
-}
-
-// freshCut returns where a fresh 1-1 step over (lo, hi] ends: the key n
-// rows after lo, n what this definition's pace allows in one step budget
-// (one walk of the key's index), or hi when the range holds no more.
-func (e *Engine) freshCut(ctx context.Context, tx pgx.Tx, cd *compiledDef, lo, hi *string) (*string, error) {
-	c := cd.c
-	most := e.freshChunkRows(c)
-	if e.cfg.FreshStepBudget <= 0 {
-		return hi, nil
-	}
-	n := e.paces.rows(cd.id, e.cfg.FreshStepBudget, most)
-	if e.plant.firstSlice > 0 {
-		n = e.plant.firstSlice
-	}
-	if n >= most {
-		return hi, nil
-	}
-	where, args := e.rangeWhere(c, lo, hi, 2)
-	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
-	var cut string
-	err := tx.QueryRow(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, false)+" FROM "+c.source()+" AS "+ident(SourceAlias)+
-		where+" ORDER BY "+order+" OFFSET $1 LIMIT 1", append([]any{n - 1}, args...)...).Scan(&cut)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && hi != nil && cut == *hi) {
-		return hi, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &cut, nil
 }
 
 // rangeWhere renders " WHERE key > lo AND key <= hi" over the source alias,
@@ -539,49 +487,4 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
-}
-
-// buildPaces keeps, per definition, the rows per second its fresh steps
-// wrote, so the next step's range fits the step budget. In memory only: a
-// new process starts from firstFreshRows and learns within a step.
-type buildPaces struct {
-	mu   sync.Mutex
-	rate map[int64]float64
-}
-
-// firstFreshRows is a fresh step's size before its definition's pace is known.
-const firstFreshRows = 2000
-
-func (p *buildPaces) rows(def int64, budget time.Duration, most int) int {
-	p.mu.Lock()
-	r, ok := p.rate[def]
-	p.mu.Unlock()
-	if !ok {
-		return min(firstFreshRows, most)
-	}
-	return max(100, min(most, int(r*budget.Seconds())))
-}
-
-// note records a step of n rows that took d, smoothed over the last few.
-func (p *buildPaces) note(def int64, n int64, d time.Duration) {
-	if n <= 0 || d <= 0 {
-		return
-	}
-	r := float64(n) / d.Seconds()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.rate == nil {
-		p.rate = map[int64]float64{}
-	}
-	if old, ok := p.rate[def]; ok {
-		r = 0.5*old + 0.5*r
-	}
-	p.rate[def] = r
-}
-
-// forget drops a definition's pace once its build is live.
-func (p *buildPaces) forget(def int64) {
-	p.mu.Lock()
-	delete(p.rate, def)
-	p.mu.Unlock()
 }

@@ -66,12 +66,7 @@ type Config struct {
 	BuildChunkSize     int           // keys per build chunk, default 5000
 	FreshChunkSize     int           // keys per chunk of a fresh build (one statement; aggregates 4x), default 10 x BuildChunkSize
 	BuildStepBudget    time.Duration // a build step (plan, locked-path chunk, sweep, fresh 1-1 chunk) commits after about this long and goes on in the next transaction, default 25ms
-	// FreshStepBudget cuts a fresh 1-1 chunk's statement to about this long
-	// (0, the default: whole chunks). A lifecycle statement cancels a build
-	// step it would wait for (fence.go), so only the builds' speed is at
-	// stake: cut steps made a 1,000,000-row 1-1 build ~20 % slower (B8).
-	FreshStepBudget time.Duration
-	RetireChunk     int // log rows deleted per statement, default 10000
+	RetireChunk        int           // log rows deleted per statement, default 10000
 
 	Logger *slog.Logger
 	// Metrics receives seal, page and build-task events; nil means none.
@@ -150,8 +145,6 @@ type Engine struct {
 	// Run; atomic because tests build capture plans while Run starts.
 	workerRoleV atomic.Pointer[string]
 	states      workerStates // this process's workers, for trellis.proxy_workers
-
-	paces buildPaces // fresh 1-1 build steps' pace per definition
 
 	plant plants // test-only faults; zero in production
 }

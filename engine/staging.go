@@ -523,7 +523,6 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'live')", e.channel("wake")); err != nil {
 		return false, err
 	}
-	e.paces.forget(id)
 	return true, tx.Commit(ctx)
 }
 
