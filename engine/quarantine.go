@@ -377,7 +377,7 @@ func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build in
 	var attempts int
 	var next time.Time
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, last_sqlstate = $3,
-		next_attempt_at = now() + make_interval(secs => least(power(2, attempts)::float8, 300))
+		next_attempt_at = `+retryAfterSQL+`
 		WHERE id = $1 RETURNING attempts, next_attempt_at`, e.tbl("_build_tasks")), taskID, errMessage(serr), codeOf(serr)).
 		Scan(&attempts, &next); err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)
@@ -440,6 +440,10 @@ func (e *Engine) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, key
 		return err
 	})
 }
+
+// retryAfterSQL is when a charged retry (a build task, a trash drop) runs
+// next: 1 s doubling to 5 min with the row's attempts so far (surface §13).
+const retryAfterSQL = "now() + make_interval(secs => least(power(2, attempts)::float8, 300))"
 
 // firstSliceKeys is the first slice of a budgeted build step: small enough
 // to fit the budget on a loaded box; later slices are sized from its pace.

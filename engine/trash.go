@@ -54,7 +54,7 @@ func (e *Engine) emptyTrash(ctx context.Context, conn *pgx.Conn) (remaining bool
 			}
 			e.log.Warn("dropping a dropped transform's tables failed; retrying later", "schema", t.schema, "err", err)
 			if _, rerr := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2,
-				next_attempt_at = now() + make_interval(secs => least(power(2, attempts)::float8, 300))
+				next_attempt_at = `+retryAfterSQL+`
 				WHERE schema_name = $1`, e.tbl("_trash")), t.schema, errMessage(err)); rerr != nil {
 				return true, rerr
 			}
