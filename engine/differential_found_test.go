@@ -80,14 +80,14 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 	exec(t, pool, `INSERT INTO cs SELECT g, g FROM generate_series(1, 20) g`)
 	var armed atomic.Bool
 	var once sync.Once
-	held, release := make(chan struct{}), make(chan struct{})
+	held, release := make(chan struct{}), newGate()
 	e := New(pool, fastConfig())
 	e.plant.pageHook = func(stage string) {
 		if stage == "locked rd" && armed.Load() {
-			once.Do(func() { close(held); <-release })
+			once.Do(func() { close(held); release.wait() })
 		}
 	}
-	runHooked(t, e)
+	runHooked(t, e, release)
 	for _, s := range []string{`TRANSFORM up FROM cs SELECT v * 2 AS dbl, v AS v`, `TRANSFORM rd FROM up SELECT dbl + 1 AS d1, v AS w`} {
 		if _, err := applyText(t, e, s); err != nil {
 			t.Fatal(err)
@@ -95,6 +95,9 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 	}
 	awaitLive(t, e, "up")
 	awaitLive(t, e, "rd")
+	// rd can be live with pages of up's build still to drain; one of those
+	// (d1 = 3) must not be the page held below.
+	converge(t, e)
 
 	// A page of rd holds key 1, about to write d1 = 2 * 101 + 1.
 	armed.Store(true)
@@ -127,7 +130,7 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		select {
 		case err := <-paused:
-			close(release)
+			release.open()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +147,7 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(release)
+	release.open()
 	if err := <-paused; err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +161,10 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 }
 
 // runHooked migrates and runs an engine whose plants a test set, until the
-// test ends.
-func runHooked(t *testing.T, e *Engine) {
+// test ends; the gates its hooks wait at open before the engine stops, so a
+// test that fails while a worker waits at one ends instead of hanging (the
+// engine's shutdown waits for every worker).
+func runHooked(t *testing.T, e *Engine, gates ...*gate) {
 	t.Helper()
 	if err := e.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
@@ -168,6 +173,9 @@ func runHooked(t *testing.T, e *Engine) {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	t.Cleanup(func() {
+		for _, g := range gates {
+			g.open()
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("engine run: %v", err)
@@ -175,6 +183,19 @@ func runHooked(t *testing.T, e *Engine) {
 		e.Close()
 	})
 }
+
+// gate holds hooked workers until the test opens it; opening twice is
+// harmless.
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate() *gate { return &gate{ch: make(chan struct{})} }
+
+func (g *gate) wait() { <-g.ch }
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
 
 // An aggregate field's refresh (after RESUME t.col) completes while pages
 // share-lock the definition row. It once updated that row while holding
@@ -188,14 +209,14 @@ func TestFieldRefreshCompletesUnderSharedDefinitionLock(t *testing.T) {
 	exec(t, pool, `CREATE TABLE rs (id int PRIMARY KEY, g int, v int)`)
 	exec(t, pool, `INSERT INTO rs SELECT x, x % 4, x FROM generate_series(1, 200) x`)
 	var once sync.Once
-	atRefresh, release := make(chan struct{}), make(chan struct{})
+	atRefresh, release := make(chan struct{}), newGate()
 	e := New(pool, fastConfig())
 	e.plant.pageHook = func(stage string) {
 		if stage == "build-task refresh" {
-			once.Do(func() { close(atRefresh); <-release })
+			once.Do(func() { close(atRefresh); release.wait() })
 		}
 	}
-	runHooked(t, e)
+	runHooked(t, e, release)
 	if _, err := applyText(t, e, `TRANSFORM ra FROM rs GROUP BY g SELECT g AS g, SUM(v) AS total, MAX(v) AS top`); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +240,7 @@ func TestFieldRefreshCompletesUnderSharedDefinitionLock(t *testing.T) {
 	if _, err := page.Exec(ctx, `SELECT 1 FROM trellis._definitions WHERE compiled #>> '{spec,target,name}' = 'ra' FOR SHARE`); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
+	release.open()
 	for deadline := time.Now().Add(30 * time.Second); count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'refresh' AND state = 'open'`) > 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the refresh did not complete while a page share-locked the definition")

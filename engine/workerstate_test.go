@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"sync"
@@ -14,7 +13,6 @@ import (
 // and nothing once it is idle again.
 func TestWorkersReportTheirWork(t *testing.T) {
 	pool := testDB(t)
-	ctx := context.Background()
 	exec(t, pool, `CREATE TABLE ws (id int PRIMARY KEY, v int)`)
 	exec(t, pool, `INSERT INTO ws SELECT x, x FROM generate_series(1, 200) x`)
 
@@ -22,27 +20,17 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	// the test has read the workers' states.
 	var buildOnce, pageOnce sync.Once
 	atBuild, atPage := make(chan struct{}), make(chan struct{})
-	release := make(chan struct{})
+	buildGate, pageGate := newGate(), newGate()
 	e := New(pool, fastConfig())
 	e.plant.pageHook = func(stage string) {
 		switch stage {
 		case "build-task plan", "build-task chunk", "build-task sweep", "build-task groups", "build-task refresh":
-			buildOnce.Do(func() { close(atBuild); <-release })
+			buildOnce.Do(func() { close(atBuild); buildGate.wait() })
 		case "before-commit":
-			pageOnce.Do(func() { close(atPage); <-release })
+			pageOnce.Do(func() { close(atPage); pageGate.wait() })
 		}
 	}
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		e.Close()
-	})
+	runHooked(t, e, buildGate, pageGate)
 	wait := func(ch chan struct{}, what string) {
 		t.Helper()
 		select {
@@ -67,7 +55,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	define(t, e, Spec{Target: TableName{Name: "wt"}, Source: TableName{Name: "ws"}, Fields: []Field{{Name: "w", Expr: col("v")}}})
 	wait(atBuild, "build task")
 	working("building", regexp.MustCompile(`^public\.wt (plan|chunk|sweep|refresh)$`))
-	release <- struct{}{}
+	buildGate.open()
 	awaitLive(t, e, "wt")
 
 	exec(t, pool, `UPDATE ws SET v = v + 1 WHERE id <= 10`)
@@ -80,7 +68,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	if n := count(t, pool, fmt.Sprintf(`SELECT 1 FROM trellis._batch_buckets WHERE batch_seq = %d AND bucket = %d AND state = 'open'`, batch, bucket)); n != 1 {
 		t.Fatalf("%s: the bucket is not the open one the page holds", detail)
 	}
-	close(release)
+	pageGate.open()
 	converge(t, e)
 	assertSame(t, pool, `SELECT id, w FROM wt`, `SELECT id, v FROM ws`)
 	for deadline := time.Now().Add(30 * time.Second); ; {
