@@ -49,6 +49,13 @@ func (cd *compiledDef) freshSQL(srcWhere string, tgtConds []string) string {
 	return cd.freshHead + srcWhere + cd.freshMid + strings.Join(append(tgtConds, cd.freshTail), " AND ") + ")"
 }
 
+// heapSQL is a heap build's chunk (build.go heapChunk): the range's ledger
+// entries, inserted as read, with no probe (no page writes the ledger
+// during a heap build) and no order (no index to feed).
+func (cd *compiledDef) heapSQL(srcWhere string) string {
+	return cd.freshHead + srcWhere + ") live"
+}
+
 // refreshSQL rewrites the given aggregate fields of every group from what
 // the target and ledger keep for it, touching only rows that differ.
 func (cd *compiledDef) refreshSQL(cols []string) string {
@@ -206,14 +213,17 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		}
 	}
 	gcols := joinf(ng, func(i int) string { return ident(c.Spec.GroupBy[i].Name) }, ", ")
-	// Deltas per group.
+	// Deltas per group; memberCols are the same sums over members only
+	// (every sign 1), cheaper aggregates for a GROUP BY over the ledger.
 	dcols := []string{"sum(sign) AS dm"}
+	memberCols := []string{"count(*) AS dm"}
 	insCols := []string{`"__members"`}
 	insVals := []string{"dm"}
 	set := []string{`"__members" = t."__members" + excluded."__members"`}
 	for i, a := range c.Args {
 		ai := "a" + itoa(i)
 		dcols = append(dcols, "sum(CASE WHEN "+ai+" IS NULL THEN 0 ELSE sign END) AS dc"+itoa(i))
+		memberCols = append(memberCols, "count("+ai+") AS dc"+itoa(i))
 		insCols = append(insCols, ident("__cnt"+itoa(i)))
 		insVals = append(insVals, "dc"+itoa(i))
 		set = append(set, ident("__cnt"+itoa(i))+" = t."+ident("__cnt"+itoa(i))+" + excluded."+ident("__cnt"+itoa(i)))
@@ -221,12 +231,14 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			z := "CAST('0' AS " + a.SumType + ")"
 			// Subtracting the negative part keeps a type's minimum from overflowing on negation.
 			dcols = append(dcols, "coalesce(sum("+ai+") FILTER (WHERE sign > 0), "+z+") - coalesce(sum("+ai+") FILTER (WHERE sign < 0), "+z+") AS ds"+itoa(i))
+			memberCols = append(memberCols, "coalesce(sum("+ai+"), "+z+") AS ds"+itoa(i))
 			insCols = append(insCols, ident("__sum"+itoa(i)))
 			insVals = append(insVals, "ds"+itoa(i))
 			set = append(set, ident("__sum"+itoa(i))+" = t."+ident("__sum"+itoa(i))+" + excluded."+ident("__sum"+itoa(i)))
 		}
 		if a.NeedTrue {
 			dcols = append(dcols, "sum(CASE WHEN "+ai+" THEN sign ELSE 0 END) AS dt"+itoa(i))
+			memberCols = append(memberCols, "count(*) FILTER (WHERE "+ai+") AS dt"+itoa(i))
 			insCols = append(insCols, ident("__true"+itoa(i)))
 			insVals = append(insVals, "dt"+itoa(i))
 			set = append(set, ident("__true"+itoa(i))+" = t."+ident("__true"+itoa(i))+" + excluded."+ident("__true"+itoa(i)))
@@ -359,8 +371,8 @@ WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER B
 		gvals = append(gvals, "__r"+itoa(i))
 		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+itoa(i))
 	}
-	groups := `SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + strings.Join(raggs, "") + `
-  FROM (SELECT ` + gs("") + `, 1 AS sign` + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d`
+	groups := `SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(memberCols, ", ") + strings.Join(raggs, "") + `
+  FROM (SELECT ` + gs("") + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d`
 	cd.groupsSQL = `INSERT INTO ` + c.target() + ` (` + strings.Join(gcolsAll, ", ") + `)
 ` + groups + `
 ORDER BY ` + gs("")

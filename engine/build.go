@@ -46,7 +46,8 @@ func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, sk
 	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT t.id, t.definition_id, t.build_id, t.kind, t.lo, t.hi, d.target_table
 		FROM %[1]s t JOIN %[2]s d ON d.id = t.definition_id AND d.build_id = t.build_id AND d.status = 'backfilling'
 		WHERE t.state = 'open' AND coalesce(t.next_attempt_at, '-infinity') <= now() AND t.definition_id <> ALL(coalesce($1::bigint[], '{}'))
-		  AND (t.kind <> 'groups' OR NOT EXISTS (SELECT 1 FROM %[1]s o WHERE o.build_id = t.build_id AND o.kind <> 'groups' AND o.state <> 'done'))
+		  AND (t.kind NOT IN ('groups', 'index') OR NOT EXISTS (SELECT 1 FROM %[1]s o
+		       WHERE o.build_id = t.build_id AND o.kind NOT IN ('groups', 'index') AND o.state <> 'done'))
 		ORDER BY t.kind DESC, t.id LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, e.tbl("_build_tasks"), e.tbl("_definitions")), skip).
 		Scan(&taskID, &defID, &build, &kind, &lo, &hi, &target)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -108,9 +109,10 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	// The row lock against pause/drop/alter, like a page (after the fence).
 	var version int64
 	var raw []byte
-	var fresh bool
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled, coalesce(status_detail ->> 'fresh_build' = build_id::text, false)
-		FROM %s WHERE id = $1 AND build_id = $2 AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh)
+	var fresh, heap bool
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled, coalesce(status_detail ->> 'fresh_build' = build_id::text, false),
+		  coalesce(status_detail ->> 'heap_build' = build_id::text, false)
+		FROM %s WHERE id = $1 AND build_id = $2 AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh, &heap)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // superseded; the task row dies with its build
 	}
@@ -133,16 +135,26 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return e.refreshStep(ctx, tx, taskID, cd)
 	}
 	if kind == "groups" {
-		return e.groupsStep(ctx, tx, taskID, cd, fresh)
+		return e.groupsStep(ctx, tx, taskID, cd, fresh, heap)
+	}
+	if kind == "index" {
+		return e.indexStep(ctx, tx, taskID, cd)
 	}
 	if kind == "plan" {
 		// One step of the walk per transaction; the task keeps its cursor
 		// (lo) and the rows counted so far (rows_done, while open), so a
 		// lifecycle statement waits for one step, never a whole-table walk,
 		// and a killed worker's successor goes on from the last commit.
-		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, lo, stepEnd)
+		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, heap, lo, stepEnd)
 		if err != nil {
 			return err
+		}
+		if n > 0 {
+			// Chunks to run: an idle worker starts on them while this one
+			// plans on (the sealed channel wakes drain workers only).
+			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("sealed")); err != nil {
+				return err
+			}
 		}
 		if !finished {
 			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
@@ -165,7 +177,11 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	}
 	where, args := e.rangeWhere(c, lo, hi, 1)
 	done := int64(-1)
-	if fresh {
+	if heap {
+		if done, err = e.heapChunk(ctx, tx, cd, build, cd.heapSQL(where), args); err != nil || done < 0 {
+			return err // done < 0: the build was sent back to a locked-path rebuild
+		}
+	} else if fresh {
 		// One set-based statement over the whole chunk: a lifecycle
 		// statement cancels it rather than waiting (fence.go, the build
 		// mark). Cutting fresh chunks to the step budget cost the 1M-row
@@ -209,6 +225,11 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if err != nil {
 		return err
 	}
+	// A worker that found only this chunk's build's last tasks, waiting
+	// for it, went idle: wake it (drain workers only, as for the plan).
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("sealed")); err != nil {
+		return err
+	}
 	// A chunk that commits ends an earlier build's recorded failure (the
 	// transform was paused by it and resumed since).
 	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = nullif(status_detail - 'backfill_failure', '{}'::jsonb)
@@ -218,8 +239,8 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 
 // freshChunkRows is the size of a fresh build's chunk: one set-based
 // statement per step, so bigger than a locked-path chunk.
-func (e *Engine) freshChunkRows(c *compiled) int {
-	if c.Spec.IsAggregate() {
+func (e *Engine) freshChunkRows(c *compiled, heap bool) int {
+	if c.Spec.IsAggregate() && !heap {
 		// Aggregate chunks run one at a time (the other worker waits out
 		// its lock timeout on the ledger): fewer, bigger ones.
 		return 4 * e.cfg.FreshChunkSize
@@ -270,11 +291,11 @@ const planStepRows = 100_000
 // most planStepRows keys' worth; finished, it stopped at the current
 // maximum (later rows are captured), else next is where the following step
 // goes on. It returns the rows it planned.
-func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
+func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh, heap bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
 	c := cd.c
 	size := e.cfg.BuildChunkSize
 	if fresh {
-		size = e.freshChunkRows(c)
+		size = e.freshChunkRows(c, heap)
 	}
 	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) VALUES ($1, $2, 'chunk', $3, $4)", e.tbl("_build_tasks"))
 	if c.KeyNullable {
@@ -289,11 +310,17 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 		stepRows = e.plant.planStepRows
 	}
 	steps := max(1, stepRows/size)
+	var total int64
+	if fresh && lo == nil && len(c.Key) == 1 && e.plant.planStepRows == 0 {
+		var err error
+		if total, lo, err = e.planFromHistogram(ctx, tx, cd, build, size); err != nil {
+			return 0, nil, false, err
+		}
+	}
 	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
 	orderW := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " DESC" }, ", ")
 	from := " FROM " + c.source() + " AS " + ident(SourceAlias)
 	key := keySQL(ident(SourceAlias), c.Key, false)
-	var total int64
 	for step := 0; ; step++ {
 		// Bounded by keys and by the step budget (each chunk boundary is
 		// an index walk of a chunk's keys), at least one chunk a step.
@@ -331,6 +358,60 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 		}
 		return total + n, nil, true, nil
 	}
+}
+
+// planFromHistogram records the first chunks of a fresh build from the
+// key column's histogram (pg_stats, from the source's last ANALYZE) instead
+// of walking the key's index for every boundary: every k-th bound, so that
+// a chunk holds about size rows. It returns the rows planned (estimated)
+// and the last bound, where the walk goes on: keys past it (the table grew
+// since its ANALYZE, or the sample missed the top) are planned by walking.
+// Stale statistics only make chunks uneven; the ranges still cover every
+// key. Nothing is planned without a histogram, or when its buckets are
+// bigger than a chunk.
+func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, size int) (int64, *string, error) {
+	c := cd.c
+	k := c.Key[0]
+	var reltuples float64
+	var nb int
+	err := tx.QueryRow(ctx, `SELECT greatest(cl.reltuples, 0)::float8, coalesce(cardinality(st.histogram_bounds::text::text[]), 0)
+		FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
+		LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited
+		WHERE cl.oid = to_regclass($1)`, c.source(), k.Name).Scan(&reltuples, &nb)
+	if errors.Is(err, pgx.ErrNoRows) || nb < 2 {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	perBucket := reltuples / float64(nb-1)
+	if perBucket < 1 || perBucket > float64(size) {
+		return 0, nil, nil
+	}
+	every := max(1, int(float64(size)/perBucket))
+	rows, err := tx.Query(ctx, `SELECT `+keySQL("h", c.Key, false)+` FROM (
+		  SELECT x.b AS `+ident(k.Name)+`, x.i FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
+		  JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited,
+		  unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS x(b, i)
+		  WHERE cl.oid = to_regclass($1)) h
+		WHERE h.i % $3 = 0 ORDER BY h.i`, c.source(), k.Name, every)
+	if err != nil {
+		return 0, nil, err
+	}
+	bounds, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, nil, err
+	}
+	var lo *string
+	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) SELECT $1, $2, 'chunk', lag(b) OVER (ORDER BY i), b FROM unnest($3::text[]) WITH ORDINALITY AS u(b, i)", e.tbl("_build_tasks"))
+	if len(bounds) == 0 {
+		return 0, nil, nil
+	}
+	if _, err := tx.Exec(ctx, ins, cd.id, build, bounds); err != nil {
+		return 0, nil, err
+	}
+	lo = &bounds[len(bounds)-1]
+	return int64(float64(len(bounds)*every) * perBucket), lo, nil
 }
 
 // refreshStep rewrites the aggregate fields a field resume released
@@ -456,16 +537,20 @@ func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, bui
 // the target, so without it those members would never reach the target.
 // Reconciling touches only groups that differ and leaves paused fields as
 // they are; it also removes group rows edited into the target by hand.
-func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh bool) error {
+func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh, heap bool) error {
 	c := cd.c
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
-		return err
+	// A heap build's ledger has no writer left but its index task, whose
+	// SHARE lock a read shares: the two run side by side.
+	if !heap {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+			return err
+		}
 	}
 	// buildTry took this task with every other one done; chunks are never
 	// reopened, so this is a check, not a wait.
 	var open bool
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s o, %[1]s t
-		WHERE t.id = $1 AND o.build_id = t.build_id AND o.kind <> 'groups' AND o.state <> 'done')`, e.tbl("_build_tasks")), taskID).Scan(&open); err != nil {
+		WHERE t.id = $1 AND o.build_id = t.build_id AND o.kind NOT IN ('groups', 'index') AND o.state <> 'done')`, e.tbl("_build_tasks")), taskID).Scan(&open); err != nil {
 		return err
 	}
 	if open {
@@ -475,6 +560,9 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 		return err
 	}
 	stmts := []string{"DELETE FROM " + c.target(), cd.groupsSQL}
+	if heap {
+		stmts = stmts[1:] // no page wrote the target
+	}
 	if !fresh {
 		stmts = []string{cd.reconcileSQL, cd.pruneSQL}
 	}
@@ -487,4 +575,144 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
+}
+
+// A heap build is a fresh aggregate build that keeps drain pages off the
+// definition until it is live: a page defers the definition's keys
+// (readers) and they stay deferred (resolveDeferred) until tryLive ends the
+// build. With no page writing the ledger, the chunks need neither its lock
+// nor a probe per row for entries a page wrote, so they run in parallel and
+// insert into the heap alone; the ledger's key index, dropped when the
+// build started (startHeapBuild), is built once, sorted, by the groups
+// step, which then writes every group from the ledger. At 1,000,000 rows
+// into 100,000 groups the per-row index inserts and probes were three
+// quarters of the build (B8).
+//
+// Why the deferred keys come out exact: every chunk reads its range after
+// the build started, and every change a chunk's read missed was committed
+// after that read, so it is in the log (or deferred) and is re-derived
+// after live against the entry the chunk wrote. A change a chunk's read
+// already saw re-derives to the same entry: no difference, nothing moves.
+// A truncate of the source during the build is deferred whole and rebuilds.
+
+// startHeapBuild decides, inside startBuild's transaction, whether the
+// fresh build of aggregate c becomes a heap build, and if so drops its
+// (empty) ledger's key index. Not when an earlier heap build of it met rows
+// that fail (classic_build: the locked path isolates them), nor while a
+// live process runs an older catalog format (its pages would write the
+// ledger), nor when the ledger's lock is not granted at once.
+func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, id int64, c *compiled) (bool, error) {
+	if e.plant.classicBuilds {
+		return false, nil
+	}
+	var ok bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT coalesce((SELECT (status_detail ->> 'classic_build')::boolean FROM %[1]s WHERE id = $1), false)
+		AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE format < $2 AND last_seen > now() - $3::interval)`,
+		e.tbl("_definitions"), e.tbl("_workers")), id, formatVersion, fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds())).Scan(&ok); err != nil || !ok {
+		return false, err
+	}
+	index, constraint, err := ledgerKeyIndex(ctx, tx, c)
+	if err != nil || index == nil {
+		return err == nil, err
+	}
+	drop := "DROP INDEX " + *index // schema-qualified and quoted by regclass
+	if constraint != nil {
+		drop = "ALTER TABLE " + c.ledger() + " DROP CONSTRAINT " + ident(*constraint)
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_heap"); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, drop); err != nil {
+		if !isLockTimeout(err) {
+			return false, err
+		}
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_heap")
+		return false, err
+	}
+	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_heap; SET LOCAL lock_timeout = DEFAULT")
+	return err == nil, err
+}
+
+// ledgerKeyIndex finds the unique index on an aggregate ledger's key k (the
+// primary key it is created with, or the index a heap build's index task
+// built) and the constraint it backs, if any.
+func ledgerKeyIndex(ctx context.Context, q Querier, c *compiled) (index, constraint *string, err error) {
+	err = q.QueryRow(ctx, `SELECT i.indexrelid::regclass::text, con.conname::text
+		FROM pg_catalog.pg_index i
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attname = 'k'
+		LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
+		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indkey[0] = a.attnum
+		  AND i.indpred IS NULL AND i.indexprs IS NULL
+		LIMIT 1`, c.ledger()).Scan(&index, &constraint)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil
+	}
+	return index, constraint, err
+}
+
+// indexStep is a heap build's index task: the ledger's key index, built
+// once and sorted after the chunks, beside the groups task (both only
+// read the ledger), before the build goes live and pages come back.
+func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
+	if err := e.ensureLedgerKey(ctx, tx, cd.c); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+	return err
+}
+
+// ensureLedgerKey gives an aggregate ledger its key index back when a heap
+// build dropped it: in the heap build's groups step, or when a build that
+// follows an interrupted heap build starts (its pages and locked-path
+// chunks lock entries through the index).
+func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) error {
+	if index, _, err := ledgerKeyIndex(ctx, tx, c); err != nil || index != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL maintenance_work_mem = '256MB'"); err != nil {
+		return err
+	}
+	// A plain unique index (SHARE lock): a groups task reading the ledger
+	// meanwhile is not held up, as ADD PRIMARY KEY's exclusive lock would.
+	_, err := tx.Exec(ctx, "CREATE UNIQUE INDEX ON "+c.ledger()+" (k)")
+	return err
+}
+
+// heapChunk writes a heap build's chunk: the range's ledger entries, in one
+// statement, with no lock beyond the insert's own (chunks run in
+// parallel). Rows that fail send the build back, in this transaction, to a
+// rebuild on the locked path, which isolates them (done = -1); the entries
+// other chunks committed stay and are re-derived by it.
+func (e *Engine) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, q, args...)
+	if err == nil {
+		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
+		return tag.RowsAffected(), err
+	}
+	if !poisonous(err) {
+		return 0, err
+	}
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
+		return 0, rerr
+	}
+	e.log.Info("heap build chunk failed; rebuilding on the locked path", "definition", cd.id, "err", err)
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'waiting_to_backfill', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = (coalesce(status_detail, '{}') - 'heap_build' - 'fresh_build') || '{"classic_build": true}'
+		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'`, e.tbl("_definitions")), cd.id, build); err != nil {
+		return 0, err
+	}
+	// Tasks another chunk holds belong to a superseded build: never run.
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE id IN (SELECT id FROM %[1]s WHERE build_id = $1 FOR UPDATE SKIP LOCKED)`,
+		e.tbl("_build_tasks")), build); err != nil {
+		return 0, err
+	}
+	_, err = tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake"))
+	return -1, err
 }

@@ -15,7 +15,9 @@ import (
 // deleted) leave partial rows in the target; the groups task must replace
 // them with the ledger's totals and drop the emptied group, and only then
 // may the transform go live. The test runs the build tasks and the pages
-// itself, in that order.
+// itself, in that order. This is the classic fresh build, the one taken
+// while an older process drains (a heap build keeps pages off instead:
+// TestHeapAggregateBuildDefersPages).
 func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
@@ -27,7 +29,7 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
 	cfg.BuildStepBudget = time.Hour // whole steps: the test counts them
-	e, _ := startEngine(t, pool, cfg)
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.plant.classicBuilds = true })
 	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
 		t.Fatal(err)
 	}
@@ -207,4 +209,173 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 		t.Fatalf("agg is %s after its rebuild", st)
 	}
 	assertSame(t, pool, `SELECT g, total, n, low FROM agg`, `SELECT g, sum(v), count(*), min(v) FROM s GROUP BY g`)
+	// The interrupted build was a heap build: the rebuild gave the ledger
+	// its key index back before its pages and locked-path chunks ran.
+	if !ledgerKeyed(t, pool, "agg__ledger") {
+		t.Fatal("the ledger has no primary key after the rebuild")
+	}
+}
+
+func ledgerKeyed(t *testing.T, q Querier, ledger string) bool {
+	t.Helper()
+	return count(t, q, fmt.Sprintf(`SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = 'k'
+		WHERE i.indrelid = to_regclass('%s') AND i.indisunique AND i.indnatts = 1 AND i.indkey[0] = a.attnum`, ledger)) == 1
+}
+
+// A heap build (the fresh aggregate build when every process runs this
+// format) keeps pages off the definition: writes made while it builds are
+// deferred, not applied, the ledger is written by its chunks alone and has
+// no key index until the groups step builds it; once live, the deferred
+// keys are re-derived against the chunks' entries and the target is exact.
+func TestHeapAggregateBuildDefersPages(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, v int)`)
+	exec(t, pool, `INSERT INTO s SELECT x, CASE WHEN x <= 5 THEN 99 ELSE x % 10 END, x FROM generate_series(1, 1000) x`)
+	exec(t, pool, `ANALYZE s`)
+	cfg := fastConfig()
+	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
+	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
+	e, _ := startEngine(t, pool, cfg)
+	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the heap build to start", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._definitions WHERE status = 'backfilling' AND status_detail ->> 'heap_build' = build_id::text`) == 1
+	})
+	if ledgerKeyed(t, pool, "agg__ledger") {
+		t.Fatal("a heap build drops its ledger's key index until its index task")
+	}
+	step := func() bool {
+		t.Helper()
+		did, err := e.buildStep(ctx, "test")
+		if err != nil {
+			t.Fatalf("build step: %v", err)
+		}
+		return did
+	}
+	for count(t, pool, `SELECT 1 FROM agg__ledger WHERE k IN ('1','2','3','4','5')`) < 5 {
+		if !step() {
+			t.Fatal("no build step to run before the first chunk's entries")
+		}
+	}
+	if n := count(t, pool, `SELECT 1 FROM agg__ledger WHERE k = '900'`); n != 0 {
+		t.Fatal("the range of key 900 was built before the pages ran")
+	}
+	entries := func() string {
+		t.Helper()
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(k || ':' || member || ':' || g0 || ':' || a0, ',' ORDER BY k), '') FROM agg__ledger`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := entries()
+	// The same writes as the classic test: a built key moves group, an
+	// unbuilt key changes, a key arrives, group 99 loses every member.
+	exec(t, pool, `UPDATE s SET g = 7, v = v + 1000 WHERE id = 10`)
+	exec(t, pool, `UPDATE s SET v = v + 5000 WHERE id = 900`)
+	exec(t, pool, `INSERT INTO s VALUES (5000, 3, 5000)`)
+	exec(t, pool, `DELETE FROM s WHERE g = 99`)
+	// Pages run until each of those keys is deferred for agg.
+	deferred := func() int64 {
+		return count(t, pool, `SELECT 1 FROM trellis._deferred WHERE key IN ('1','2','3','4','5','10','900','5000')`)
+	}
+	waitFor(t, "the pages to defer the writes", 30*time.Second, func() bool {
+		if _, err := e.drainPage(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		return deferred() == 8
+	})
+	if after := entries(); after != before {
+		t.Fatalf("a page wrote the ledger during a heap build:\nbefore %s\nafter  %s", before, after)
+	}
+	if n := count(t, pool, `SELECT 1 FROM agg`); n != 0 {
+		t.Fatalf("%d group rows before the groups step", n)
+	}
+	for step() {
+	}
+	if st, _, _ := storedStatus(t, e, "agg"); st != "live" {
+		t.Fatalf("agg is %s after its build steps", st)
+	}
+	if !ledgerKeyed(t, pool, "agg__ledger") {
+		t.Fatal("the index task did not build the ledger's key index")
+	}
+	// Live: the staging worker stages the deferred keys again, pages apply them.
+	want := `SELECT g, sum(v), count(*), max(v) FROM s GROUP BY g`
+	waitFor(t, "the deferred writes to reach the target", 30*time.Second, func() bool {
+		if _, err := e.drainPage(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		return diff(t, pool, `SELECT g, total, n, top FROM agg`, want) == "" && deferred() == 0
+	})
+	assertSame(t, pool, `SELECT g, "__members" FROM agg`, `SELECT g, count(*) FROM s GROUP BY g`)
+}
+
+// A heap chunk whose rows fail (here a division by zero in one row) cannot
+// isolate them; the build goes back to a rebuild on the locked path, which
+// holds the failing key and builds the rest.
+func TestHeapBuildFailingRowFallsBackToLockedPath(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, a int, b int)`)
+	exec(t, pool, `INSERT INTO s SELECT x, x % 10, x, CASE WHEN x = 13 THEN 0 ELSE 1 END FROM generate_series(1, 300) x`)
+	cfg := fastConfig()
+	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
+	e, _ := startEngine(t, pool, cfg)
+	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(a / b) AS total`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "agg")
+	waitFor(t, "key 13 held", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._poison WHERE key = '13'`) == 1
+	})
+	if !ledgerKeyed(t, pool, "agg__ledger") {
+		t.Fatal("the ledger has no primary key after the locked-path rebuild")
+	}
+	assertSame(t, pool, `SELECT g, total FROM agg`, `SELECT g, sum(a / b) FROM s WHERE id <> 13 GROUP BY g`)
+}
+
+// While a live process of an older catalog format drains (its pages would
+// write the ledger of a heap build, whose key index is gone), a fresh
+// aggregate build takes the classic path; once that process is gone, the
+// next fresh build is a heap build.
+func TestHeapBuildWaitsForAnOlderFleet(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, v int)`)
+	exec(t, pool, `INSERT INTO s SELECT x, x % 10, x FROM generate_series(1, 300) x`)
+	e, _ := startEngine(t, pool, fastConfig())
+	exec(t, pool, `INSERT INTO trellis._workers (worker_id, proxy_id, kind, last_seen, format) VALUES ('old', 'old', 'drain', now() + interval '1 hour', 10)`)
+	heapBuilds := func() int64 {
+		return count(t, pool, `SELECT 1 FROM trellis._definitions WHERE status_detail ->> 'heap_build' IS NOT NULL`)
+	}
+	if _, err := applyText(t, e, `TRANSFORM a1 FROM s GROUP BY g SELECT g AS g, SUM(v) AS total`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a1 to build", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._definitions WHERE status_detail ->> 'fresh_build' IS NOT NULL OR status = 'live'`) == 1
+	})
+	if n := heapBuilds(); n != 0 {
+		t.Fatal("a heap build started while an older process drains")
+	}
+	awaitLive(t, e, "a1")
+	exec(t, pool, `DELETE FROM trellis._workers WHERE worker_id = 'old'`)
+	if _, err := applyText(t, e, `TRANSFORM a2 FROM s GROUP BY g SELECT g AS g, COUNT(*) AS n`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "a2")
+	// Which path each took shows in its ledger's key index: the primary
+	// key it was created with (classic), or the index task's (heap).
+	keyIndex := func(ledger string) string {
+		var name string
+		if err := pool.QueryRow(t.Context(), `SELECT i.indexrelid::regclass::text FROM pg_index i WHERE i.indrelid = $1::regclass AND i.indisunique`, ledger).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	if a1, a2 := keyIndex("a1__ledger"), keyIndex("a2__ledger"); a1 != "a1__ledger_pkey" || a2 != "a2__ledger_k_idx" {
+		t.Fatalf("ledger key indexes %s and %s: want a1's primary key (classic build) and a2's index task's (heap build)", a1, a2)
+	}
+	converge(t, e)
+	assertSame(t, pool, `SELECT g, total FROM a1`, `SELECT g, sum(v) FROM s GROUP BY g`)
+	assertSame(t, pool, `SELECT g, n FROM a2`, `SELECT g, count(*) FROM s GROUP BY g`)
 }

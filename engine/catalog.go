@@ -14,7 +14,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 10
+const formatVersion = 11
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -234,6 +234,16 @@ CREATE TABLE {{S}}._trash (
 	// from constants in its own SQL.
 	`
 ALTER TABLE {{S}}._change_log DROP CONSTRAINT IF EXISTS _change_log_op_check;
+`,
+	// 11: each process records the catalog format it runs, so the staging
+	// worker starts a heap build (build.go) only when no live process is
+	// older: an older drain worker would write the ledger of a definition
+	// whose build keeps pages off it, and its ledger has no key index then.
+	// A heap build's 'index' task builds that index beside its groups task.
+	`
+ALTER TABLE {{S}}._workers ADD COLUMN format int NOT NULL DEFAULT 0;
+ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh','groups','index'));
 `,
 }
 

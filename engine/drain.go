@@ -442,14 +442,18 @@ type skippedReader struct {
 // been paused or dropped by then; deferring its keys is then harmless (the
 // staging worker drops them).
 func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, []skippedReader, error) {
+	// A heap build's definition is skipped (its keys deferred) without
+	// trying its fence: no page writes it until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH cand AS (
-		  SELECT d.id, r.table_name FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
+		  SELECT d.id, r.table_name, coalesce(d.status = 'backfilling' AND d.status_detail ->> 'heap_build' = d.build_id::text, false) AS heap
+		  FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
 		  WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')),
 		fenced AS MATERIALIZED (
-		  SELECT c.id FROM (SELECT DISTINCT id FROM cand) c WHERE pg_try_advisory_xact_lock_shared($2, %[3]s)),
+		  SELECT c.id FROM (SELECT DISTINCT id FROM cand WHERE NOT heap) c WHERE pg_try_advisory_xact_lock_shared($2, %[3]s)),
 		locked AS (
 		  SELECT d.id, d.version, d.compiled FROM %[1]s d
 		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live')
+		    AND NOT coalesce(d.status = 'backfilling' AND d.status_detail ->> 'heap_build' = d.build_id::text, false)
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
 		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
@@ -572,10 +576,12 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 		e.tbl("_deferred"), e.tbl("_definitions"))); err != nil {
 		return false, err
 	}
+	// A heap build's keys stay deferred until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH free AS (
 		  SELECT d.id, d.status IN ('backfilling', 'live') AS applying FROM %[1]s d
 		  WHERE d.id IN (SELECT c.id FROM (SELECT DISTINCT definition_id AS id FROM %[2]s) c
 		                 WHERE pg_try_advisory_xact_lock_shared($1, %[4]s))
+		    AND NOT coalesce(d.status = 'backfilling' AND d.status_detail ->> 'heap_build' = d.build_id::text, false)
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
 		moved AS (DELETE FROM %[2]s x USING free WHERE x.definition_id = free.id
 		  RETURNING x.definition_id, x.src_table, x.key, x.whole, x.origin_lsn, x.hop, free.applying),

@@ -159,6 +159,9 @@ type plants struct {
 	pageHook            func(stage string)
 	planStepRows        int // keys one plan step walks; 0: planStepRows
 	firstSlice          int // keys of a build step's first slice; 0: firstSliceKeys
+	// Not a fault: fresh aggregate builds take the classic path (pages
+	// write during them), as with an older process in the fleet.
+	classicBuilds bool
 }
 
 // New returns an engine over pool. The pool's role is the workers' role
@@ -331,8 +334,9 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 func (e *Engine) heartbeat(ctx context.Context) error {
 	id := e.cfg.ProcessID
 	beat := func() {
-		_, err := e.workers.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (worker_id, proxy_id, kind, last_seen)
-			VALUES ($1, $2, 'drain', now()) ON CONFLICT (worker_id) DO UPDATE SET last_seen = now()`, e.tbl("_workers")), id, e.cfg.ProcessID)
+		_, err := e.workers.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (worker_id, proxy_id, kind, last_seen, format)
+			VALUES ($1, $2, 'drain', now(), $3) ON CONFLICT (worker_id) DO UPDATE SET last_seen = now(), format = excluded.format`,
+			e.tbl("_workers")), id, e.cfg.ProcessID, formatVersion)
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("heartbeat failed", "err", err)
 		}

@@ -477,6 +477,11 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 	}
 	if tag.RowsAffected() > 0 {
 		if c.Spec.IsAggregate() {
+			// After an interrupted heap build, pages and locked-path
+			// chunks need the ledger's key index back first.
+			if err := e.ensureLedgerKey(ctx, tx, c); err != nil {
+				return err
+			}
 			// An aggregate rebuild ends by reconciling its groups with the
 			// ledger (build.go groupsStep: an interrupted fresh build).
 			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind) VALUES ($1, $2, 'groups')`, e.tbl("_build_tasks")), id, build)
@@ -487,8 +492,28 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 	// after the statement that moved the definition to backfilling locked
 	// its row, and every page or chunk writing them holds that row FOR
 	// SHARE, so this statement's snapshot sees every entry ever committed.
+	heap := false
+	if c.Spec.IsAggregate() {
+		if heap, err = e.startHeapBuild(ctx, tx, id, c); err != nil {
+			return err
+		}
+		if !heap {
+			if err := e.ensureLedgerKey(ctx, tx, c); err != nil {
+				return err
+			}
+		}
+	}
+	if heap {
+		// Its last two tasks are queued now (a classic fresh build's first
+		// chunk queues its groups task; heap chunks run in parallel).
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind) VALUES ($1, $2, 'groups'), ($1, $2, 'index')`,
+			e.tbl("_build_tasks")), id, build); err != nil {
+			return err
+		}
+	}
 	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = coalesce(status_detail, '{}') || jsonb_build_object('fresh_build', build_id::text)
-		WHERE id = $1 AND build_id = $2`, e.tbl("_definitions")), id, build)
+		  || CASE WHEN $3 THEN jsonb_build_object('heap_build', build_id::text) ELSE '{}' END
+		WHERE id = $1 AND build_id = $2`, e.tbl("_definitions")), id, build, heap)
 	return err
 }
 

@@ -506,7 +506,7 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 	// removed when a page next re-derives their key, and swept by a rebuild.
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'live', build_started_at = NULL,
 		  build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = nullif(coalesce(status_detail, '{}') - 'fresh_build' - 'refresh_columns', '{}')
+		  status_detail = nullif(coalesce(status_detail, '{}') - 'fresh_build' - 'heap_build' - 'classic_build' - 'refresh_columns', '{}')
 		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'
 		  AND EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND kind = 'plan')
 		  AND NOT EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND state <> 'done')`,
