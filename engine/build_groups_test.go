@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A fresh aggregate build's chunks write ledger entries only and its last
@@ -19,20 +21,8 @@ import (
 // while an older process drains (a heap build keeps pages off instead:
 // TestHeapAggregateBuildDefersPages).
 func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
-	pool := testDB(t)
+	pool, e := startGroupsBuild(t, true)
 	ctx := context.Background()
-	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, v int)`)
-	// Group 99 lives only in the first chunk's range (ids 1..5).
-	exec(t, pool, `INSERT INTO s SELECT x, CASE WHEN x <= 5 THEN 99 ELSE x % 10 END, x FROM generate_series(1, 1000) x`)
-	exec(t, pool, `ANALYZE s`)
-	cfg := fastConfig()
-	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
-	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
-	cfg.BuildStepBudget = time.Hour // whole steps: the test counts them
-	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.plant.classicBuilds = true })
-	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
-		t.Fatal(err)
-	}
 	tasks := func() (plan, chunks, groups string) {
 		t.Helper()
 		if err := pool.QueryRow(ctx, `SELECT
@@ -144,6 +134,28 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 	}
 }
 
+// startGroupsBuild defines agg = SUM, COUNT, MAX of s(id, g, v) by g over
+// 1,000 rows, group 99 only in the first chunk's range (ids 1..5), on an
+// engine without drain workers (the test runs build steps and pages
+// itself), in whole steps of 50 keys; classic forces the classic fresh
+// build.
+func startGroupsBuild(t *testing.T, classic bool) (*pgxpool.Pool, *Engine) {
+	t.Helper()
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, v int)`)
+	exec(t, pool, `INSERT INTO s SELECT x, CASE WHEN x <= 5 THEN 99 ELSE x % 10 END, x FROM generate_series(1, 1000) x`)
+	exec(t, pool, `ANALYZE s`)
+	cfg := fastConfig()
+	cfg.DrainWorkers = -1
+	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
+	cfg.BuildStepBudget = time.Hour // whole steps: the classic test counts them
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.plant.classicBuilds = classic })
+	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
+		t.Fatal(err)
+	}
+	return pool, e
+}
+
 // A fresh aggregate build interrupted after a chunk wrote its ledger
 // entries (here by request_backfill) leaves members no group row counts
 // yet. The rebuild that follows re-derives keys against those entries, so
@@ -225,21 +237,11 @@ func ledgerKeyed(t *testing.T, q Querier, ledger string) bool {
 // A heap build (the fresh aggregate build when every process runs this
 // format) keeps pages off the definition: writes made while it builds are
 // deferred, not applied, the ledger is written by its chunks alone and has
-// no key index until the groups step builds it; once live, the deferred
+// no key index until its index task builds it; once live, the deferred
 // keys are re-derived against the chunks' entries and the target is exact.
 func TestHeapAggregateBuildDefersPages(t *testing.T) {
-	pool := testDB(t)
+	pool, e := startGroupsBuild(t, false)
 	ctx := context.Background()
-	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, g int, v int)`)
-	exec(t, pool, `INSERT INTO s SELECT x, CASE WHEN x <= 5 THEN 99 ELSE x % 10 END, x FROM generate_series(1, 1000) x`)
-	exec(t, pool, `ANALYZE s`)
-	cfg := fastConfig()
-	cfg.DrainWorkers = -1 // this test runs build steps and pages itself
-	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
-	e, _ := startEngine(t, pool, cfg)
-	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "the heap build to start", 30*time.Second, func() bool {
 		return count(t, pool, `SELECT 1 FROM trellis._definitions WHERE status = 'backfilling' AND status_detail ->> 'heap_build' = build_id::text`) == 1
 	})
