@@ -381,3 +381,55 @@ func TestHeapBuildWaitsForAnOlderFleet(t *testing.T) {
 	assertSame(t, pool, `SELECT g, total FROM a1`, `SELECT g, sum(v) FROM s GROUP BY g`)
 	assertSame(t, pool, `SELECT g, n FROM a2`, `SELECT g, count(*) FROM s GROUP BY g`)
 }
+
+// A TRUNCATE of the source while a heap build runs is deferred with the
+// rest; the build must not go live on the entries the truncate emptied but
+// rebuild, ending live and exact.
+func TestHeapBuildTruncatedRebuilds(t *testing.T) {
+	pool, e := startGroupsBuild(t, false)
+	ctx := context.Background()
+	waitFor(t, "the heap build to start", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT 1 FROM trellis._definitions WHERE status = 'backfilling' AND status_detail ->> 'heap_build' = build_id::text`) == 1
+	})
+	for count(t, pool, `SELECT 1 FROM agg__ledger`) == 0 {
+		if did, err := e.buildStep(ctx, "test"); err != nil || !did {
+			t.Fatalf("build step: %v %v", did, err)
+		}
+	}
+	exec(t, pool, `TRUNCATE s`)
+	exec(t, pool, `INSERT INTO s VALUES (1, 5, 10), (2, 5, 20)`)
+	waitFor(t, "the truncate to be deferred", 30*time.Second, func() bool {
+		if _, err := e.drainPage(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		return count(t, pool, `SELECT 1 FROM trellis._deferred WHERE whole`) == 1
+	})
+	for {
+		did, err := e.buildStep(ctx, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !did {
+			break
+		}
+		if st, _, _ := storedStatus(t, e, "agg"); st == "live" {
+			t.Fatal("agg went live with a truncate of its source deferred")
+		}
+	}
+	waitFor(t, "the rebuild to go live and drain", 60*time.Second, func() bool {
+		for {
+			did, err := e.buildStep(ctx, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !did {
+				break
+			}
+		}
+		if _, err := e.drainPage(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		st, _, _ := storedStatus(t, e, "agg")
+		return st == "live" && diff(t, pool, `SELECT g, total, n, top FROM agg`, `SELECT g, sum(v), count(*), max(v) FROM s GROUP BY g`) == ""
+	})
+}
