@@ -6,8 +6,10 @@ package main
 // transform is live, so nothing drains while writers are timed (spec: "Nothing
 // drains"). Each shape runs none, trigger, none per repetition on one
 // connection; the ratio is trigger over the mean of the bracketing controls.
-// After the cells the engine drains the backlog and the target is compared
-// with its definition.
+// Every cell runs directly against Postgres and then through the proxy (its
+// engine neither stages nor drains), as the spec's B2 asks. After the cells
+// the engine drains the backlog and the target is compared with its
+// definition.
 
 import (
 	"context"
@@ -15,6 +17,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,7 +59,7 @@ func runWriteTax(ctx context.Context, b *bench) error {
 		return err
 	}
 	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 8)
+	pool, db, drop, err := l.newDB(ctx, 8)
 	if err != nil {
 		return err
 	}
@@ -97,49 +100,42 @@ func runWriteTax(ctx context.Context, b *bench) error {
 		len(writeShapes), b.cfg.Reps, dur, preload)
 	next := map[string]*int64{"wt_none": new(int64), "wt_cap": new(int64)}
 	*next["wt_none"], *next["wt_cap"] = preload, preload
-	ratios := make([][]float64, len(writeShapes))
-	drifts := make([][]float64, len(writeShapes))
-	ctl := make([][]float64, len(writeShapes))
-	capv := make([][]float64, len(writeShapes))
-	cpuShare := make([][]float64, len(writeShapes))
-	extraWAL := make([][]float64, len(writeShapes))
 	rng := rand.New(rand.NewPCG(1, 2))
-	for rep := range b.cfg.Reps {
-		for si, sh := range writeShapes {
-			vals, cpu, wal := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
-			for pos, v := range schedule(rep, "none", []string{"trigger"}) {
-				table := "wt_none"
-				if v == "trigger" {
-					table = "wt_cap"
-				}
-				cc, err := timedWrites(ctx, pool, dur, func() (string, []any) { return sh.stmt(table, next[table], preload, rng) })
-				if err != nil {
-					return fmt.Errorf("%s on %s: %w", sh.Name, table, err)
-				}
-				sps := cc.perSec
-				vals[v] = append(vals[v], sps)
-				cpu[v] = append(cpu[v], cc.cpuUs)
-				wal[v] = append(wal[v], cc.walBytes)
-				b.out.emit(map[string]any{"scenario": "write-tax", "variant": v, "shape": sh.Name, "rep": rep, "position": pos,
-					"statements_per_sec": sps, "rows_per_sec": sps * float64(sh.Rows),
-					"backend_cpu_us_per_stmt": cc.cpuUs, "wal_bytes_per_stmt": cc.walBytes})
-				pause(ctx, b.cellWait())
+	direct, err := writeTaxCells(ctx, b, pool, "direct", dur, preload, next, rng)
+	if err != nil {
+		return err
+	}
+	// The same cells through the proxy (spec B2: every shape on both
+	// paths), its engine neither staging nor draining, so still nothing
+	// drains; the proxy must not amplify the tax (within 0.05 of direct).
+	var viaProxy *taxCells
+	if os.Getenv("TRELLIS_BENCH_B2_PROXY") != "0" {
+		bin, err := filepath.Abs(b.cfg.ProxyBin)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(bin); err != nil {
+			fmt.Fprintf(os.Stderr, "B2: no proxy binary at %s (make build): the proxy path is not measured\n", bin)
+		} else {
+			extra := []string{"--staging", "off", "--drain-workers", "0"}
+			if proxyFlags(bin)["log-level"] {
+				extra = append(extra, "--log-level", "warn")
 			}
-			c := control(vals["none"][0], vals["none"][1])
-			r := ratio(vals["trigger"][0], c)
-			ratios[si] = append(ratios[si], r)
-			drifts[si] = append(drifts[si], drift(vals["none"][0], vals["none"][1]))
-			ctl[si] = append(ctl[si], c)
-			capv[si] = append(capv[si], vals["trigger"][0])
-			// CPU share: the rate the trigger would allow on a CPU-bound
-			// backend, relative to the control's (the noise-resistant twin
-			// of the throughput ratio).
-			cpuShare[si] = append(cpuShare[si], control(cpu["none"][0], cpu["none"][1])/cpu["trigger"][0])
-			extraWAL[si] = append(extraWAL[si], (wal["trigger"][0]-control(wal["none"][0], wal["none"][1]))/float64(sh.Rows))
-			g := Goal{What: "trigger/none", Bound: sh.Goal}
-			b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": sh.Name, "rep": rep,
-				"share_of_control": r, "drift": drifts[si][len(drifts[si])-1], "goal": g.String(), "goal_met": g.Met(r),
-				"cpu_share_of_control": cpuShare[si][len(cpuShare[si])-1], "extra_wal_bytes_per_row": extraWAL[si][len(extraWAL[si])-1]})
+			pr, err := startProxy(ctx, proxyOptions{Bin: bin, Upstream: l.cluster.URL(db), Dir: l.base, ExtraArgs: extra})
+			if err != nil {
+				return err
+			}
+			ppool, err := pgxpool.New(ctx, "postgres://postgres@"+pr.Addr+"/"+db+"?sslmode=disable&pool_max_conns=2")
+			if err != nil {
+				pr.Stop()
+				return err
+			}
+			viaProxy, err = writeTaxCells(ctx, b, ppool, "proxy", dur, preload, next, rng)
+			ppool.Close()
+			pr.Stop()
+			if err != nil {
+				return err
+			}
 		}
 	}
 
@@ -163,21 +159,91 @@ func runWriteTax(ctx context.Context, b *bench) error {
 		b.failf("write-tax oracle: %v", oracleErr)
 	}
 
-	t := &table{header: []string{"B2 shape", "none stmt/s", "trigger stmt/s", "trigger/none (median)", "per-rep ratios", "max drift",
+	t := &table{header: []string{"B2 shape", "path", "none stmt/s", "trigger stmt/s", "trigger/none (median)", "per-rep ratios", "max drift",
 		"backend CPU share (median)", "per-rep CPU shares", "extra WAL B/row", "goal", "verdict"}}
+	paths := []struct {
+		name string
+		tc   *taxCells
+	}{{"direct", direct}, {"proxy", viaProxy}}
 	for si, sh := range writeShapes {
-		m := median(ratios[si])
-		g := Goal{What: "trigger/none", Bound: sh.Goal}
-		cs := median(cpuShare[si])
-		t.add(sh.Name, fmtNum(median(ctl[si]), 0), fmtNum(median(capv[si]), 0), fmtRatio(m), fmtList(ratios[si], 2),
-			fmtPct(maxAbs(drifts[si])), fmtRatio(cs), fmtList(cpuShare[si], 2), fmtNum(median(extraWAL[si]), 0), g.String(), verdict(g.Met(m)))
-		b.out.emit(map[string]any{"scenario": "write-tax", "variant": "trigger", "shape": sh.Name, "summary": true,
-			"share_of_control": m, "cpu_share_of_control": cs, "extra_wal_bytes_per_row": median(extraWAL[si]),
-			"goal": g.String(), "goal_met": g.Met(m), "oracle_ok": oracleErr == nil})
+		for _, p := range paths {
+			if p.tc == nil {
+				continue
+			}
+			tc := p.tc
+			m := median(tc.ratios[si])
+			g := Goal{What: "trigger/none", Bound: sh.Goal}
+			cs := median(tc.cpuShare[si])
+			t.add(sh.Name, p.name, fmtNum(median(tc.ctl[si]), 0), fmtNum(median(tc.capv[si]), 0), fmtRatio(m), fmtList(tc.ratios[si], 2),
+				fmtPct(maxAbs(tc.drifts[si])), fmtRatio(cs), fmtList(tc.cpuShare[si], 2), fmtNum(median(tc.extraWAL[si]), 0), g.String(), verdict(g.Met(m)))
+			b.out.emit(map[string]any{"scenario": "write-tax", "path": p.name, "variant": "trigger", "shape": sh.Name, "summary": true,
+				"share_of_control": m, "cpu_share_of_control": cs, "extra_wal_bytes_per_row": median(tc.extraWAL[si]),
+				"goal": g.String(), "goal_met": g.Met(m), "oracle_ok": oracleErr == nil})
+		}
 	}
 	b.printTable(t)
+	if viaProxy != nil {
+		// Spec B2: the tax ratio through the proxy within 0.05 of direct.
+		for si, sh := range writeShapes {
+			gap := median(viaProxy.ratios[si]) - median(direct.ratios[si])
+			within := math.Abs(gap) <= 0.05
+			fmt.Fprintf(os.Stderr, "B2 %s: proxy − direct tax ratio %+.2f (goal within ±0.05: %s)\n", sh.Name, gap, verdict(&within))
+		}
+	}
 	fmt.Fprintf(os.Stderr, "oracle (target = SELECT id, val FROM wt_cap after draining, %.1f s): %v\n", time.Since(start).Seconds(), okString(oracleErr))
 	return nil
+}
+
+// taxCells are one path's B2 results, per shape and repetition.
+type taxCells struct {
+	ratios, drifts, ctl, capv, cpuShare, extraWAL [][]float64
+}
+
+// writeTaxCells runs every shape's none, trigger, none cells per
+// repetition on pool (path names it in the records).
+func writeTaxCells(ctx context.Context, b *bench, pool *pgxpool.Pool, path string, dur time.Duration, preload int64,
+	next map[string]*int64, rng *rand.Rand) (*taxCells, error) {
+	n := len(writeShapes)
+	tc := &taxCells{make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n)}
+	for rep := range b.cfg.Reps {
+		for si, sh := range writeShapes {
+			vals, cpu, wal := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+			for pos, v := range schedule(rep, "none", []string{"trigger"}) {
+				table := "wt_none"
+				if v == "trigger" {
+					table = "wt_cap"
+				}
+				cc, err := timedWrites(ctx, pool, dur, func() (string, []any) { return sh.stmt(table, next[table], preload, rng) })
+				if err != nil {
+					return nil, fmt.Errorf("%s on %s (%s): %w", sh.Name, table, path, err)
+				}
+				sps := cc.perSec
+				vals[v] = append(vals[v], sps)
+				cpu[v] = append(cpu[v], cc.cpuUs)
+				wal[v] = append(wal[v], cc.walBytes)
+				b.out.emit(map[string]any{"scenario": "write-tax", "path": path, "variant": v, "shape": sh.Name, "rep": rep, "position": pos,
+					"statements_per_sec": sps, "rows_per_sec": sps * float64(sh.Rows),
+					"backend_cpu_us_per_stmt": cc.cpuUs, "wal_bytes_per_stmt": cc.walBytes})
+				pause(ctx, b.cellWait())
+			}
+			c := control(vals["none"][0], vals["none"][1])
+			r := ratio(vals["trigger"][0], c)
+			tc.ratios[si] = append(tc.ratios[si], r)
+			tc.drifts[si] = append(tc.drifts[si], drift(vals["none"][0], vals["none"][1]))
+			tc.ctl[si] = append(tc.ctl[si], c)
+			tc.capv[si] = append(tc.capv[si], vals["trigger"][0])
+			// CPU share: the rate the trigger would allow on a CPU-bound
+			// backend, relative to the control's (the noise-resistant twin
+			// of the throughput ratio).
+			tc.cpuShare[si] = append(tc.cpuShare[si], control(cpu["none"][0], cpu["none"][1])/cpu["trigger"][0])
+			tc.extraWAL[si] = append(tc.extraWAL[si], (wal["trigger"][0]-control(wal["none"][0], wal["none"][1]))/float64(sh.Rows))
+			g := Goal{What: "trigger/none", Bound: sh.Goal}
+			b.out.emit(map[string]any{"scenario": "write-tax", "path": path, "variant": "trigger", "shape": sh.Name, "rep": rep,
+				"share_of_control": r, "drift": tc.drifts[si][len(tc.drifts[si])-1], "goal": g.String(), "goal_met": g.Met(r),
+				"cpu_share_of_control": tc.cpuShare[si][len(tc.cpuShare[si])-1], "extra_wal_bytes_per_row": tc.extraWAL[si][len(tc.extraWAL[si])-1]})
+		}
+	}
+	return tc, nil
 }
 
 // cellCost is what one cell's statements cost: the rate the box allowed,
