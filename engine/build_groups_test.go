@@ -433,3 +433,36 @@ func TestHeapBuildTruncatedRebuilds(t *testing.T) {
 		return st == "live" && diff(t, pool, `SELECT g, total, n, top FROM agg`, `SELECT g, sum(v), count(*), max(v) FROM s GROUP BY g`) == ""
 	})
 }
+
+// A fresh build's first chunks come from the key's histogram; statistics
+// gone stale (rows added past the sampled top, rows deleted inside it)
+// only make chunks uneven: the walk plans the keys past the last bound, and
+// every key is built. Integer and text keys.
+func TestFreshPlanFromStaleHistogram(t *testing.T) {
+	pool := testDB(t)
+	exec(t, pool, `CREATE TABLE hi (id bigint PRIMARY KEY, v int, g int)`)
+	exec(t, pool, `CREATE TABLE ht (id text PRIMARY KEY, v int)`)
+	exec(t, pool, `INSERT INTO hi SELECT x, x, x % 10 FROM generate_series(1, 2000) x`)
+	exec(t, pool, `INSERT INTO ht SELECT 'k' || lpad(x::text, 5, '0') || CASE WHEN x % 3 = 0 THEN ' é,"' ELSE '' END, x FROM generate_series(1, 2000) x`)
+	exec(t, pool, `ANALYZE hi, ht`)
+	exec(t, pool, `INSERT INTO hi SELECT x, x, x % 10 FROM generate_series(2001, 5000) x`)
+	exec(t, pool, `DELETE FROM hi WHERE id <= 500`)
+	exec(t, pool, `INSERT INTO ht SELECT 'z' || x, x FROM generate_series(1, 700) x`)
+	exec(t, pool, `DELETE FROM ht WHERE v % 7 = 0`)
+	cfg := fastConfig()
+	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.plant.keepLog = true })
+	for _, s := range []string{`TRANSFORM hi_v FROM hi SELECT v * 2 AS w`, `TRANSFORM ht_v FROM ht SELECT v * 2 AS w`,
+		`TRANSFORM hi_g FROM hi GROUP BY g SELECT g AS g, COUNT(*) AS n, SUM(v) AS s`} {
+		if _, err := applyText(t, e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"hi_v", "ht_v", "hi_g"} {
+		awaitLive(t, e, n)
+	}
+	converge(t, e)
+	assertSame(t, pool, `SELECT id, w FROM hi_v`, `SELECT id, v * 2 FROM hi`)
+	assertSame(t, pool, `SELECT id, w FROM ht_v`, `SELECT id, v * 2 FROM ht`)
+	assertSame(t, pool, `SELECT g, n, s FROM hi_g`, `SELECT g, count(*), sum(v) FROM hi GROUP BY g`)
+}
