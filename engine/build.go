@@ -399,19 +399,16 @@ func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledD
 		return 0, nil, err
 	}
 	bounds, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	if err != nil || len(bounds) == 0 {
 		return 0, nil, err
 	}
-	var lo *string
-	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) SELECT $1, $2, 'chunk', lag(b) OVER (ORDER BY i), b FROM unnest($3::text[]) WITH ORDINALITY AS u(b, i)", e.tbl("_build_tasks"))
-	if len(bounds) == 0 {
-		return 0, nil, nil
-	}
-	if _, err := tx.Exec(ctx, ins, cd.id, build, bounds); err != nil {
+	// The first chunk starts before the smallest key: (NULL, b1].
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind, lo, hi)
+		SELECT $1, $2, 'chunk', lag(b) OVER (ORDER BY i), b FROM unnest($3::text[]) WITH ORDINALITY AS u(b, i)`,
+		e.tbl("_build_tasks")), cd.id, build, bounds); err != nil {
 		return 0, nil, err
 	}
-	lo = &bounds[len(bounds)-1]
-	return int64(float64(len(bounds)*every) * perBucket), lo, nil
+	return int64(float64(len(bounds)*every) * perBucket), &bounds[len(bounds)-1], nil
 }
 
 // refreshStep rewrites the aggregate fields a field resume released
@@ -583,10 +580,10 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 // build. With no page writing the ledger, the chunks need neither its lock
 // nor a probe per row for entries a page wrote, so they run in parallel and
 // insert into the heap alone; the ledger's key index, dropped when the
-// build started (startHeapBuild), is built once, sorted, by the groups
-// step, which then writes every group from the ledger. At 1,000,000 rows
-// into 100,000 groups the per-row index inserts and probes were three
-// quarters of the build (B8).
+// build started (startHeapBuild), is built once, sorted, by an index task
+// beside the groups task, which writes every group from the ledger. At
+// 1,000,000 rows into 100,000 groups the per-row index inserts and probes
+// were three quarters of the build (B8).
 //
 // Why the deferred keys come out exact: every chunk reads its range after
 // the build started, and every change a chunk's read missed was committed
@@ -665,7 +662,7 @@ func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 }
 
 // ensureLedgerKey gives an aggregate ledger its key index back when a heap
-// build dropped it: in the heap build's groups step, or when a build that
+// build dropped it: in the heap build's index task, or when a build that
 // follows an interrupted heap build starts (its pages and locked-path
 // chunks lock entries through the index).
 func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) error {
