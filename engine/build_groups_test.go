@@ -208,15 +208,7 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 	if n := count(t, pool, fmt.Sprintf(`SELECT 1 FROM trellis._build_tasks WHERE kind = 'groups' AND build_id = %d`, buildOf())); n != 1 {
 		t.Fatalf("the rebuild has %d groups tasks, want 1", n)
 	}
-	for {
-		did, err := e.buildStep(ctx, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !did {
-			break
-		}
-	}
+	buildAll(t, e, nil)
 	if st, _, _ := storedStatus(t, e, "agg"); st != "live" {
 		t.Fatalf("agg is %s after its rebuild", st)
 	}
@@ -225,6 +217,24 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 	// its key index back before its pages and locked-path chunks ran.
 	if !ledgerKeyed(t, pool, "agg__ledger") {
 		t.Fatal("the ledger has no primary key after the rebuild")
+	}
+}
+
+// buildAll runs build steps as worker "test" until none is left, calling
+// each (when set) after every step.
+func buildAll(t *testing.T, e *Engine, each func()) {
+	t.Helper()
+	for {
+		did, err := e.buildStep(context.Background(), "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !did {
+			return
+		}
+		if each != nil {
+			each()
+		}
 	}
 }
 
@@ -404,28 +414,13 @@ func TestHeapBuildTruncatedRebuilds(t *testing.T) {
 		}
 		return count(t, pool, `SELECT 1 FROM trellis._deferred WHERE whole`) == 1
 	})
-	for {
-		did, err := e.buildStep(ctx, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !did {
-			break
-		}
+	buildAll(t, e, func() {
 		if st, _, _ := storedStatus(t, e, "agg"); st == "live" {
 			t.Fatal("agg went live with a truncate of its source deferred")
 		}
-	}
+	})
 	waitFor(t, "the rebuild to go live and drain", 60*time.Second, func() bool {
-		for {
-			did, err := e.buildStep(ctx, "test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !did {
-				break
-			}
-		}
+		buildAll(t, e, nil)
 		if _, err := e.drainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}

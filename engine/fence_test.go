@@ -166,15 +166,7 @@ func TestBuildPlanWalksInSteps(t *testing.T) {
 	if gaps != 0 || covered != 1050 {
 		t.Fatalf("chunks not contiguous (%d gaps) or covering %d rows, not 1050", gaps, covered)
 	}
-	for {
-		did, err := e.buildStep(ctx, "test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !did {
-			break
-		}
-	}
+	buildAll(t, e, nil)
 	awaitLive(t, e, "v")
 	assertSame(t, pool, `SELECT id, a2 FROM v`, `SELECT id, a * 2 FROM s`)
 }
