@@ -7,6 +7,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +168,12 @@ func TestNonDefaultSchemaThroughAlias(t *testing.T) {
 	}
 	if _, err := s.pool.Exec(ctx, `SELECT * FROM trellis.status`); pgErrOf(t, err).Code != "42P01" && pgErrOf(t, err).Code != "3F000" {
 		t.Fatalf("a direct connection resolved trellis.: %v", err)
+	}
+	// psql's \d names the schema in a pattern: trellis.status is described
+	// as the catalog's relation.
+	out, perr := exec.Command(psqlBin(t), "-X", "-d", s.url("postgres", "", s.db, ""), "-c", `\d trellis.status`).CombinedOutput()
+	if perr != nil || !strings.Contains(string(out), `View "tenant_a.status"`) || !regexp.MustCompile(`(?m)^ target\s+\| text`).MatchString(string(out)) {
+		t.Fatalf("psql \\d trellis.status under catalog tenant_a: %v\n%s", perr, out)
 	}
 	// Statements that only look like the alias are left as written.
 	var lit string

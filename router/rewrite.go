@@ -46,6 +46,9 @@ func needsRewrite(sql string, opts Options) bool {
 	if !aliasing && opts.Relations == nil {
 		return false
 	}
+	if aliasing && strings.Contains(sql, psqlAliasPattern) {
+		return true
+	}
 	for i := 0; ; {
 		k := strings.IndexByte(sql[i:], '.')
 		if k < 0 {
@@ -223,6 +226,9 @@ func (r *rewriter) walk(m protoreflect.Message, inFrom bool) {
 			r.qualified(n.Fields, int(n.Location))
 		}
 		return
+	case *pg_query.A_Const:
+		r.psqlPattern(n)
+		return
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		from := inFrom || fd.Name() == "from_clause" || fd.Name() == "using_clause"
@@ -237,6 +243,42 @@ func (r *rewriter) walk(m protoreflect.Message, inFrom bool) {
 		}
 		return true
 	})
+}
+
+// psqlAliasPattern is how psql's describe commands (\d trellis.status,
+// \dv trellis.*) name the schema trellis: a regular expression in a string
+// literal, matched against pg_namespace.nspname.
+const psqlAliasPattern = `'^(trellis)$'`
+
+// psqlPattern points psql's schema pattern for trellis at the catalog, so
+// \d trellis.status describes the relation the alias reaches. Only that
+// exact literal (what psql sends for the unquoted name trellis), and only
+// for a catalog whose name needs neither quoting nor regular-expression
+// escapes. A client's own literal spelled the same is rewritten too: it
+// can only be a pattern for the alias.
+func (r *rewriter) psqlPattern(n *pg_query.A_Const) {
+	sv, ok := n.Val.(*pg_query.A_Const_Sval)
+	aliasing := r.opts.CatalogName != "" && r.opts.CatalogName != "trellis"
+	if !ok || !aliasing || sv.Sval.Sval != "^(trellis)$" || !plainName(r.opts.CatalogName) {
+		return
+	}
+	loc := int(n.Location)
+	if loc < 0 || !strings.HasPrefix(r.text[loc:], psqlAliasPattern) {
+		return
+	}
+	r.splices = append(r.splices, Splice{Start: loc, End: loc + len(psqlAliasPattern), With: "'^(" + r.opts.CatalogName + ")$'"})
+}
+
+// plainName reports whether a name is lower-case letters, digits and
+// underscores, starting with a letter or underscore.
+func plainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // isAlias reports whether a parsed schema name is the alias "trellis" or

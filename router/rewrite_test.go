@@ -37,6 +37,42 @@ func TestRewriteAlias(t *testing.T) {
 	}
 }
 
+// psql's \d trellis.status names the schema by a pattern in a literal; under
+// a non-default catalog it is pointed at the catalog, and nothing else is.
+func TestRewritePsqlDescribePattern(t *testing.T) {
+	describe := "SELECT c.oid,\n  n.nspname,\n  c.relname\nFROM pg_catalog.pg_class c\n     LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace\n" +
+		"WHERE c.relname OPERATOR(pg_catalog.~) '^(status)$' COLLATE pg_catalog.default\n  AND n.nspname OPERATOR(pg_catalog.~) '^(trellis)$' COLLATE pg_catalog.default\nORDER BY 2, 3;"
+	opts := Options{Schema: "tenant_a", CatalogName: "tenant_a"}
+	if !needsRewrite(describe, opts) {
+		t.Fatal("the prefilter skips psql's describe query")
+	}
+	got, _, ok := Rewrite(describe, opts)
+	want := strings.Replace(describe, "'^(trellis)$'", "'^(tenant_a)$'", 1)
+	if !ok || got != want {
+		t.Fatalf("Rewrite = %q, %v; want %q", got, ok, want)
+	}
+	for _, c := range []struct {
+		opts Options
+		in   string
+	}{
+		{Options{Schema: "trellis", CatalogName: "trellis"}, describe},              // the default catalog: nothing to alias
+		{Options{Schema: "Tenant", CatalogName: "Tenant"}, describe},                // would need quoting in psql's pattern
+		{opts, `SELECT '^(trellis)$ ' AS x`},                                        // another literal
+		{opts, `SELECT 'x' WHERE 'trellis' ~ '^(trellis)$' /* the same pattern */`}, // the client's own regex: rewritten, documented
+	} {
+		got, _, ok := Rewrite(c.in, c.opts)
+		if c.in == `SELECT 'x' WHERE 'trellis' ~ '^(trellis)$' /* the same pattern */` {
+			if !ok || !strings.Contains(got, "'^(tenant_a)$'") {
+				t.Errorf("Rewrite(%q) = %q, %v; want the pattern aliased", c.in, got, ok)
+			}
+			continue
+		}
+		if ok {
+			t.Errorf("Rewrite(%q) with catalog %q = %q, want no rewrite", c.in, c.opts.CatalogName, got)
+		}
+	}
+}
+
 func TestRewriteProxyRelations(t *testing.T) {
 	v := func(s string) *string { return &s }
 	opts := Options{Schema: "trellis", CatalogName: "trellis", Relations: func(name string) *Relation {
