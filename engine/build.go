@@ -110,9 +110,8 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	var version int64
 	var raw []byte
 	var fresh, heap bool
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled, coalesce(status_detail ->> 'fresh_build' = build_id::text, false),
-		  coalesce(status_detail ->> 'heap_build' = build_id::text, false)
-		FROM %s WHERE id = $1 AND build_id = $2 AND status = 'backfilling' FOR SHARE`, e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh, &heap)
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled, coalesce(status_detail ->> 'fresh_build' = build_id::text, false), %s
+		FROM %s d WHERE id = $1 AND build_id = $2 AND status = 'backfilling' FOR SHARE`, heapBuilding("d"), e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh, &heap)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // superseded; the task row dies with its build
 	}
@@ -486,22 +485,33 @@ func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, bui
 	if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
 		return 0, err
 	}
+	n, failed, err := chunkStatement(ctx, tx, q, args)
+	if failed != nil {
+		e.log.Info("fresh build chunk failed; taking the locked path", "definition", cd.id, "err", failed)
+		return -1, nil
+	}
+	return n, err
+}
+
+// chunkStatement runs a fresh or heap chunk's one statement under a
+// savepoint and returns the rows it wrote; failed is a data error (the
+// rows, not the engine) after which only the statement is rolled back.
+func chunkStatement(ctx context.Context, tx pgx.Tx, q string, args []any) (n int64, failed, err error) {
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	tag, err := tx.Exec(ctx, q, args...)
 	if err != nil {
 		if !poisonous(err) {
-			return 0, err
+			return 0, nil, err
 		}
 		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
-			return 0, rerr
+			return 0, nil, rerr
 		}
-		e.log.Info("fresh build chunk failed; taking the locked path", "definition", cd.id, "err", err)
-		return -1, nil
+		return 0, err, nil
 	}
 	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
-	return tag.RowsAffected(), err
+	return tag.RowsAffected(), nil, err
 }
 
 // groupsStep is the last task of a fresh aggregate build: once every chunk
@@ -595,17 +605,17 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 // startHeapBuild decides, inside startBuild's transaction, whether the
 // fresh build of aggregate c becomes a heap build, and if so drops its
 // (empty) ledger's key index. Not when an earlier heap build of it met rows
-// that fail (classic_build: the locked path isolates them), nor while a
+// that fail (classic, its status_detail's classic_build: the locked path
+// isolates them), nor while a
 // live process runs an older catalog format (its pages would write the
 // ledger), nor when the ledger's lock is not granted at once.
-func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, id int64, c *compiled) (bool, error) {
-	if e.plant.classicBuilds {
+func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, classic bool) (bool, error) {
+	if classic || e.plant.classicBuilds {
 		return false, nil
 	}
-	var ok bool
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT coalesce((SELECT (status_detail ->> 'classic_build')::boolean FROM %[1]s WHERE id = $1), false)
-		AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE format < $2 AND last_seen > now() - $3::interval)`,
-		e.tbl("_definitions"), e.tbl("_workers")), id, formatVersion, fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds())).Scan(&ok); err != nil || !ok {
+	var older bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE format < $1 AND last_seen > now() - $2::interval)`,
+		e.tbl("_workers")), formatVersion, fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds())).Scan(&older); err != nil || older {
 		return false, err
 	}
 	index, constraint, err := ledgerKeyIndex(ctx, tx, c)
@@ -684,32 +694,42 @@ func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) er
 // rebuild on the locked path, which isolates them (done = -1); the entries
 // other chunks committed stay and are re-derived by it.
 func (e *Engine) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
-	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
-		return 0, err
+	n, failed, err := chunkStatement(ctx, tx, q, args)
+	if failed == nil {
+		return n, err
 	}
-	tag, err := tx.Exec(ctx, q, args...)
-	if err == nil {
-		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
-		return tag.RowsAffected(), err
+	e.log.Info("heap build chunk failed; rebuilding on the locked path", "definition", cd.id, "err", failed)
+	_, err = e.restartBuild(ctx, tx, cd.id, build, []string{"fresh_build", "heap_build"}, `{"classic_build": true}`, "")
+	return -1, err
+}
+
+// restartBuild sends build of definition id back to waiting_to_backfill
+// (the staging worker starts a new one), when cond (SQL over the
+// definition row d, or "") holds: build state cleared, the drop keys
+// removed from status_detail and detail (a JSON object) merged in, the
+// build's tasks deleted but those another transaction holds (a superseded
+// build's tasks are never run). It reports whether it did.
+func (e *Engine) restartBuild(ctx context.Context, tx pgx.Tx, id, build int64, drop []string, detail, cond string) (bool, error) {
+	if cond != "" {
+		cond = " AND " + cond
 	}
-	if !poisonous(err) {
-		return 0, err
-	}
-	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
-		return 0, rerr
-	}
-	e.log.Info("heap build chunk failed; rebuilding on the locked path", "definition", cd.id, "err", err)
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'waiting_to_backfill', version = version + 1,
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'waiting_to_backfill', version = version + 1,
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = (coalesce(status_detail, '{}') - 'heap_build' - 'fresh_build') || '{"classic_build": true}'
-		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'`, e.tbl("_definitions")), cd.id, build); err != nil {
-		return 0, err
+		  status_detail = (coalesce(status_detail, '{}') - $3::text[]) || $4::jsonb
+		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'`+cond, e.tbl("_definitions")), id, build, drop, detail)
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, err
 	}
-	// Tasks another chunk holds belong to a superseded build: never run.
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE id IN (SELECT id FROM %[1]s WHERE build_id = $1 FOR UPDATE SKIP LOCKED)`,
 		e.tbl("_build_tasks")), build); err != nil {
-		return 0, err
+		return false, err
 	}
 	_, err = tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake"))
-	return -1, err
+	return err == nil, err
+}
+
+// heapBuilding is the SQL condition that definition row alias is in a heap
+// build: its pages are deferred until it is live.
+func heapBuilding(alias string) string {
+	return "coalesce(" + alias + ".status = 'backfilling' AND " + alias + ".status_detail ->> 'heap_build' = " + alias + ".build_id::text, false)"
 }

@@ -57,24 +57,17 @@ func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) err
 func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bool, error) {
 	// Odd workers prefer build tasks so a steady write load cannot starve a
 	// build; even workers prefer pages so builds cannot starve convergence.
+	// Each step records its own state and detail when it claims its work
+	// (workerStates.working).
 	first, second := e.drainPage, e.buildStep
-	firstState, secondState := "draining", "building"
 	if buildsFirst {
 		first, second = e.buildStep, e.drainPage
-		firstState, secondState = secondState, firstState
 	}
 	did, err := first(ctx, id)
-	if did {
-		e.states.set(id, "drain", firstState)
-	}
 	if did || err != nil {
 		return did, err
 	}
-	did, err = second(ctx, id)
-	if did {
-		e.states.set(id, "drain", secondState)
-	}
-	return did, err
+	return second(ctx, id)
 }
 
 type pageKey struct {
@@ -445,7 +438,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	// A heap build's definition is skipped (its keys deferred) without
 	// trying its fence: no page writes it until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH cand AS (
-		  SELECT d.id, r.table_name, coalesce(d.status = 'backfilling' AND d.status_detail ->> 'heap_build' = d.build_id::text, false) AS heap
+		  SELECT d.id, r.table_name, %[4]s AS heap
 		  FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
 		  WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')),
 		fenced AS MATERIALIZED (
@@ -453,11 +446,11 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		locked AS (
 		  SELECT d.id, d.version, d.compiled FROM %[1]s d
 		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live')
-		    AND NOT coalesce(d.status = 'backfilling' AND d.status_detail ->> 'heap_build' = d.build_id::text, false)
+		    AND NOT %[4]s
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
 		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
-		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), fenceObject("c.id")), tables, e.fenceClass())
+		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), fenceObject("c.id"), heapBuilding("d")), tables, e.fenceClass())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -581,7 +574,7 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 		  SELECT d.id, d.status IN ('backfilling', 'live') AS applying FROM %[1]s d
 		  WHERE d.id IN (SELECT c.id FROM (SELECT DISTINCT definition_id AS id FROM %[2]s) c
 		                 WHERE pg_try_advisory_xact_lock_shared($1, %[4]s))
-		    AND NOT coalesce(d.status = 'backfilling' AND d.status_detail ->> 'heap_build' = d.build_id::text, false)
+		    AND NOT %[5]s
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
 		moved AS (DELETE FROM %[2]s x USING free WHERE x.definition_id = free.id
 		  RETURNING x.definition_id, x.src_table, x.key, x.whole, x.origin_lsn, x.hop, free.applying),
@@ -589,7 +582,7 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 		  SELECT src_table, key, 'rederive', definition_id, origin_lsn, hop FROM moved WHERE applying AND NOT whole
 		  RETURNING 1)
 		SELECT DISTINCT definition_id FROM moved WHERE applying AND whole`, e.tbl("_definitions"), e.tbl("_deferred"), e.tbl("_change_log"),
-		fenceObject("c.id")), e.fenceClass())
+		fenceObject("c.id"), heapBuilding("d")), e.fenceClass())
 	if err != nil {
 		return false, err
 	}

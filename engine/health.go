@@ -463,7 +463,9 @@ func (e *Engine) requestRebuild(ctx context.Context, q Querier, table string, re
 // and the build is marked fresh instead.
 func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error {
 	var raw []byte
-	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT compiled FROM %s WHERE id = $1", e.tbl("_definitions")), id).Scan(&raw); err != nil {
+	var classic bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT compiled, coalesce((status_detail ->> 'classic_build')::boolean, false) FROM %s WHERE id = $1",
+		e.tbl("_definitions")), id).Scan(&raw, &classic); err != nil {
 		return err
 	}
 	c := &compiled{}
@@ -494,7 +496,7 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 	// SHARE, so this statement's snapshot sees every entry ever committed.
 	heap := false
 	if c.Spec.IsAggregate() {
-		if heap, err = e.startHeapBuild(ctx, tx, id, c); err != nil {
+		if heap, err = e.startHeapBuild(ctx, tx, c, classic); err != nil {
 			return err
 		}
 		if !heap {

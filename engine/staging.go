@@ -505,28 +505,18 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 	// defers every page) means a rebuild: start it instead of going live
 	// on entries the truncate emptied (resolveDeferred drops the deferred
 	// keys of a definition that is not applying; its rebuild covers them).
-	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'waiting_to_backfill', version = version + 1,
-		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = (coalesce(status_detail, '{}') - 'fresh_build' - 'heap_build' - 'refresh_columns')
-		    || jsonb_build_object('rebuild_reason', 'a truncate met it building')
-		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'
-		  AND EXISTS (SELECT 1 FROM %s WHERE definition_id = $1 AND whole)`, e.tbl("_definitions"), e.tbl("_deferred")), id, build)
-	if err != nil {
+	if restarted, err := e.restartBuild(ctx, tx, id, build, []string{"fresh_build", "heap_build", "refresh_columns"},
+		`{"rebuild_reason": "a truncate met it building"}`,
+		fmt.Sprintf("EXISTS (SELECT 1 FROM %s x WHERE x.definition_id = d.id AND x.whole)", e.tbl("_deferred"))); err != nil || restarted {
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
 		return false, err
-	}
-	if tag.RowsAffected() > 0 {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE build_id = $1", e.tbl("_build_tasks")), build); err != nil {
-			return false, err
-		}
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake")); err != nil {
-			return false, err
-		}
-		return false, tx.Commit(ctx)
 	}
 	// Entries kept for the fresh build's sake (H10) stay: harmless to pages
 	// (a non-member or a deleted key's entry is re-derived like any other),
 	// removed when a page next re-derives their key, and swept by a rebuild.
-	tag, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'live', build_started_at = NULL,
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'live', build_started_at = NULL,
 		  build_rows_done = NULL, build_rows_estimated = NULL,
 		  status_detail = nullif(coalesce(status_detail, '{}') - 'fresh_build' - 'heap_build' - 'classic_build' - 'refresh_columns', '{}')
 		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'
