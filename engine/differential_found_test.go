@@ -127,25 +127,16 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 	}()
 	// The PAUSE either returns at once (the page then writes the paused
 	// field) or waits on rd's fence, an advisory lock, until the page ends.
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		select {
-		case err := <-paused:
-			release.open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			converge(t, e)
-			t.Fatalf("PAUSE TRANSFORM up.dbl committed while rd's page was in flight; d1 of key 1 is now %d, written after the pause (it was %d)",
-				d1Of(), before)
-		default:
+	if returned, err := awaitBeforeReturn(t, "PAUSE to return or wait on a fence", paused, func() bool {
+		return count(t, pool, `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`) > 0
+	}); returned {
+		release.open()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if count(t, pool, `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("PAUSE neither returned nor waited on a fence")
-		}
-		time.Sleep(5 * time.Millisecond)
+		converge(t, e)
+		t.Fatalf("PAUSE TRANSFORM up.dbl committed while rd's page was in flight; d1 of key 1 is now %d, written after the pause (it was %d)",
+			d1Of(), before)
 	}
 	release.open()
 	if err := <-paused; err != nil {

@@ -785,43 +785,35 @@ func (dr *diffRun) compareAll() []string {
 	return out
 }
 
+// writeRows writes q's rows (one text column) to b, a line each after
+// prefix; a query that fails writes its error instead.
+func (dr *diffRun) writeRows(b *strings.Builder, prefix, q string, args ...any) {
+	rows, err := dr.pool.Query(context.Background(), q, args...)
+	if err != nil {
+		b.WriteString(prefix + err.Error() + "\n")
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		rows.Scan(&s)
+		b.WriteString(prefix + s + "\n")
+	}
+}
+
 // stuckBuilds describes the build work of every definition not live and
 // the engines' warnings, for a settle that timed out.
 func (dr *diffRun) stuckBuilds() string {
 	var b strings.Builder
-	rows, err := dr.pool.Query(context.Background(), `SELECT format('%s: %s', d.compiled #>> '{spec,target,name}', row(d.status, d.build_id, d.status_detail,
+	dr.writeRows(&b, "  ", `SELECT format('%s: %s', d.compiled #>> '{spec,target,name}', row(d.status, d.build_id, d.status_detail,
 		  (SELECT json_agg(row(t.id, t.build_id, t.kind, t.state, t.attempts, t.last_error, t.next_attempt_at, t.lo, t.rows_done) ORDER BY t.id) FROM trellis._build_tasks t WHERE t.definition_id = d.id)))
 		FROM trellis._definitions d WHERE d.status <> 'live' ORDER BY d.id`)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			rows.Scan(&s)
-			b.WriteString("  " + s + "\n")
-		}
-		rows.Close()
-	}
-	rows, err = dr.pool.Query(context.Background(), `SELECT format('%s', row(pid, application_name, state, wait_event_type, wait_event,
+	dr.writeRows(&b, "  backend ", `SELECT format('%s', row(pid, application_name, state, wait_event_type, wait_event,
 		  now() - xact_start, left(query, 300)))
 		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' ORDER BY pid`)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			rows.Scan(&s)
-			b.WriteString("  backend " + s + "\n")
-		}
-		rows.Close()
-	}
-	rows, err = dr.pool.Query(context.Background(), `SELECT format('%s', row(l.pid, l.locktype, l.mode, l.granted, l.classid, l.objid, l.relation::regclass, a.application_name, a.state))
+	dr.writeRows(&b, "  lock ", `SELECT format('%s', row(l.pid, l.locktype, l.mode, l.granted, l.classid, l.objid, l.relation::regclass, a.application_name, a.state))
 		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE l.pid <> pg_backend_pid() AND (l.locktype = 'advisory' OR NOT l.granted) ORDER BY l.pid`)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			rows.Scan(&s)
-			b.WriteString("  lock " + s + "\n")
-		}
-		rows.Close()
-	}
 	for _, line := range strings.Split(dr.logs.String(), "\n") {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "build task") || strings.Contains(line, "step retried") {
 			b.WriteString("  " + line + "\n")
@@ -966,40 +958,14 @@ func (dr *diffRun) diagnose(d *dDef) string {
 		// Where the mismatched keys' changes went: batch of each log row.
 		// One line per mismatched key of each log row: a captured statement's
 		// row holds its keys in keys, a rederive's in key.
-		rows, err := dr.pool.Query(ctx, `SELECT format('%s', row(k.key, c.op, c.change_id, cardinality(c.keys), c.txid, c.origin_lsn,
+		dr.writeRows(&b, "  log ", `SELECT format('%s', row(k.key, c.op, c.change_id, cardinality(c.keys), c.txid, c.origin_lsn,
 			  (SELECT min(b.seq) FROM trellis._batches b WHERE pg_visible_in_snapshot(c.txid, b.snap)), c.staged_at))
 			FROM trellis._change_log c CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)
 			WHERE c.src_table = 'public.' || $1
 			  AND k.key IN ((`+src+` EXCEPT `+led+`) UNION ALL (`+led+` EXCEPT `+src+`))
 			ORDER BY c.change_id, k.key LIMIT 80`, d.src)
-		if err == nil {
-			for rows.Next() {
-				var s string
-				rows.Scan(&s)
-				b.WriteString("  log " + s + "\n")
-			}
-			rows.Close()
-		} else {
-			b.WriteString(err.Error())
-		}
-		rows, err = dr.pool.Query(ctx, `SELECT format('%s', row(seq, snap, sealed_at, row_count, bucket_count, has_truncate, drained_at)) FROM trellis._batches ORDER BY seq LIMIT 200`)
-		if err == nil {
-			for rows.Next() {
-				var s string
-				rows.Scan(&s)
-				b.WriteString("  batch " + s + "\n")
-			}
-			rows.Close()
-		}
-		rows, err = dr.pool.Query(ctx, `SELECT format('%s', row(c.key, c.op, c.txid, c.staged_at)) FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IS NULL AND c.keys IS NULL`, d.src)
-		if err == nil {
-			for rows.Next() {
-				var s string
-				rows.Scan(&s)
-				b.WriteString("  marker " + s + "\n")
-			}
-			rows.Close()
-		}
+		dr.writeRows(&b, "  batch ", `SELECT format('%s', row(seq, snap, sealed_at, row_count, bucket_count, has_truncate, drained_at)) FROM trellis._batches ORDER BY seq LIMIT 200`)
+		dr.writeRows(&b, "  marker ", `SELECT format('%s', row(c.key, c.op, c.txid, c.staged_at)) FROM trellis._change_log c WHERE c.src_table = 'public.' || $1 AND c.key IS NULL AND c.keys IS NULL`, d.src)
 		for _, line := range strings.Split(dr.logs.String(), "\n") {
 			if strings.Contains(line, "capture install") || strings.Contains(line, "build started") || strings.Contains(line, "staging worker started") {
 				b.WriteString("  " + line + "\n")

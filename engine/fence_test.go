@@ -53,21 +53,14 @@ func TestLifecycleStatementWaitsOnlyForPagesInFlight(t *testing.T) {
 		_, err := e.Apply(context.Background(), pool, mustParse(t, `PAUSE TRANSFORM t1`), ApplyOptions{})
 		paused <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for rows(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = 'ExclusiveLock'
-		AND classid = ($1::int4)::oid AND objid = $2::oid AND objsubid = 2`, e.fenceClass(), id&0x7fffffff) == 0 {
-		select {
-		case err := <-paused:
-			t.Fatalf("PAUSE returned while a page held the fence: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("PAUSE never waited for the fence")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if returned, err := awaitBeforeReturn(t, "PAUSE to wait for the fence", paused, func() bool {
+		return rows(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = 'ExclusiveLock'
+			AND classid = ($1::int4)::oid AND objid = $2::oid AND objsubid = 2`, e.fenceClass(), id&0x7fffffff) > 0
+	}); returned {
+		t.Fatalf("PAUSE returned while a page held the fence: %v", err)
 	}
 	exec(t, pool, `UPDATE s SET a = a + 1000 WHERE id <= 40`)
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for diff(t, pool, `SELECT id, a1 FROM t2`, `SELECT id, a + 1 FROM s`) != "" ||
 		deferred() == 0 {
 		if time.Now().After(deadline) {
@@ -275,16 +268,12 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Run the plan, so that the next step is a chunk.
-	deadline := time.Now().Add(30 * time.Second)
-	for count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'chunk' AND state = 'open'`) == 0 {
+	waitFor(t, "a planned chunk", 30*time.Second, func() bool {
 		if _, err := e.buildStep(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no chunk was planned")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'chunk' AND state = 'open'`) > 0
+	})
 	holder, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -297,17 +286,10 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 		stepped <- err
 	}()
 	// The chunk waits for the ledger lock, holding the fence and the mark.
-	deadline = time.Now().Add(30 * time.Second)
-	for count(t, pool, `SELECT 1 FROM pg_locks WHERE relation = 't__ledger'::regclass AND NOT granted`) == 0 {
-		select {
-		case err := <-stepped:
-			t.Fatalf("the chunk did not wait for the ledger: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the chunk never waited for the ledger lock")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if returned, err := awaitBeforeReturn(t, "the chunk to wait for the ledger lock", stepped, func() bool {
+		return count(t, pool, `SELECT 1 FROM pg_locks WHERE relation = 't__ledger'::regclass AND NOT granted`) > 0
+	}); returned {
+		t.Fatalf("the chunk did not wait for the ledger: %v", err)
 	}
 	paused := make(chan error, 1)
 	go func() {
@@ -342,18 +324,14 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 	if _, err := applyText(t, e, `RESUME TRANSFORM t`); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, "t to go live after RESUME", 60*time.Second, func() bool {
 		if st, _, _ := storedStatus(t, e, "t"); st == "live" {
-			break
+			return true
 		}
 		if _, err := e.buildStep(ctx, "test"); err != nil && !transient(err) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("t never went live after RESUME")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	assertSame(t, pool, `SELECT id, a2 FROM t`, `SELECT id, a * 2 FROM s`)
 }

@@ -236,3 +236,22 @@ func assertSameExplained(t testing.TB, q Querier, got, want, target, src string)
 		t.Fatalf("target differs from oracle:\n%s\ngot:  %s\nwant: %s\n%s", d, got, want, explainKeys(t, q, target, src))
 	}
 }
+
+// awaitBeforeReturn polls cond until it holds, failing the test after 60 s,
+// while an operation running in another goroutine is expected not to end
+// yet: if done delivers first, it stops and hands back that result
+// (returned true) for the caller to report.
+func awaitBeforeReturn(t *testing.T, what string, done <-chan error, cond func() bool) (returned bool, err error) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-done:
+			return true, err
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	return false, nil
+}
