@@ -98,6 +98,16 @@ func (l *engineLab) stop() {
 }
 
 // newDB creates a fresh database and a pool on it; drop removes both.
+// startProxy starts the proxy binary bin in front of database db of the
+// lab's cluster, with extra flags, logging warnings only when this build
+// knows --log-level (the proxy is developed alongside the harness).
+func (l *engineLab) startProxy(ctx context.Context, bin, db string, extra ...string) (*process, error) {
+	if proxyFlags(bin)["log-level"] {
+		extra = append(extra, "--log-level", "warn")
+	}
+	return startProxy(ctx, proxyOptions{Bin: bin, Upstream: l.cluster.URL(db), Dir: l.base, ExtraArgs: extra})
+}
+
 func (l *engineLab) newDB(ctx context.Context, maxConns int32) (pool *pgxpool.Pool, name string, drop func(), err error) {
 	name = fmt.Sprintf("bench_%d_%d", os.Getpid(), l.seq.Add(1))
 	admin, err := pgx.Connect(ctx, l.cluster.URL("postgres"))

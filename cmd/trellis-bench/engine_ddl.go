@@ -163,11 +163,7 @@ func (c *ddlCell) run(ctx context.Context, bin string) error {
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE src`); err != nil {
 		return err
 	}
-	var extra []string
-	if proxyFlags(bin)["log-level"] {
-		extra = append(extra, "--log-level", "warn")
-	}
-	c.proxy, err = startProxy(ctx, proxyOptions{Bin: bin, Upstream: c.lab.cluster.URL(db), Dir: c.lab.base, ExtraArgs: extra})
+	c.proxy, err = c.lab.startProxy(ctx, bin, db)
 	if err != nil {
 		return err
 	}

@@ -105,38 +105,9 @@ func runWriteTax(ctx context.Context, b *bench) error {
 	if err != nil {
 		return err
 	}
-	// The same cells through the proxy (spec B2: every shape on both
-	// paths), its engine neither staging nor draining, so still nothing
-	// drains; the proxy must not amplify the tax (within 0.05 of direct).
-	var viaProxy *taxCells
-	if os.Getenv("TRELLIS_BENCH_B2_PROXY") != "0" {
-		bin, err := filepath.Abs(b.cfg.ProxyBin)
-		if err != nil {
-			return err
-		}
-		if _, err := os.Stat(bin); err != nil {
-			fmt.Fprintf(os.Stderr, "B2: no proxy binary at %s (make build): the proxy path is not measured\n", bin)
-		} else {
-			extra := []string{"--staging", "off", "--drain-workers", "0"}
-			if proxyFlags(bin)["log-level"] {
-				extra = append(extra, "--log-level", "warn")
-			}
-			pr, err := startProxy(ctx, proxyOptions{Bin: bin, Upstream: l.cluster.URL(db), Dir: l.base, ExtraArgs: extra})
-			if err != nil {
-				return err
-			}
-			ppool, err := pgxpool.New(ctx, "postgres://postgres@"+pr.Addr+"/"+db+"?sslmode=disable&pool_max_conns=2")
-			if err != nil {
-				pr.Stop()
-				return err
-			}
-			viaProxy, err = writeTaxCells(ctx, b, ppool, "proxy", dur, preload, next, rng)
-			ppool.Close()
-			pr.Stop()
-			if err != nil {
-				return err
-			}
-		}
+	viaProxy, err := writeTaxViaProxy(ctx, b, l, db, dur, preload, next, rng)
+	if err != nil {
+		return err
 	}
 
 	// Correctness: drain what the cells wrote, then the oracle.
@@ -192,6 +163,37 @@ func runWriteTax(ctx context.Context, b *bench) error {
 	}
 	fmt.Fprintf(os.Stderr, "oracle (target = SELECT id, val FROM wt_cap after draining, %.1f s): %v\n", time.Since(start).Seconds(), okString(oracleErr))
 	return nil
+}
+
+// writeTaxViaProxy runs the same cells through the proxy (spec B2: every
+// shape on both paths), its engine neither staging nor draining, so still
+// nothing drains; the proxy must not amplify the tax (within 0.05 of
+// direct). Without a proxy binary, or with TRELLIS_BENCH_B2_PROXY=0, it
+// measures nothing and says so.
+func writeTaxViaProxy(ctx context.Context, b *bench, l *engineLab, db string, dur time.Duration, preload int64,
+	next map[string]*int64, rng *rand.Rand) (*taxCells, error) {
+	if os.Getenv("TRELLIS_BENCH_B2_PROXY") == "0" {
+		return nil, nil
+	}
+	bin, err := filepath.Abs(b.cfg.ProxyBin)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		fmt.Fprintf(os.Stderr, "B2: no proxy binary at %s (make build): the proxy path is not measured\n", bin)
+		return nil, nil
+	}
+	pr, err := l.startProxy(ctx, bin, db, "--staging", "off", "--drain-workers", "0")
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Stop()
+	ppool, err := pgxpool.New(ctx, "postgres://postgres@"+pr.Addr+"/"+db+"?sslmode=disable&pool_max_conns=2")
+	if err != nil {
+		return nil, err
+	}
+	defer ppool.Close()
+	return writeTaxCells(ctx, b, ppool, "proxy", dur, preload, next, rng)
 }
 
 // taxCells are one path's B2 results, per shape and repetition.
