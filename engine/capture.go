@@ -14,7 +14,7 @@ import (
 
 // captureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
-const captureVersion = "7"
+const captureVersion = "8"
 
 var captureEvents = []string{"insert", "update", "delete", "truncate"}
 

@@ -15,7 +15,14 @@ func keyPlain(n int, nullable bool) bool { return n == 1 && !nullable }
 // keySQL renders the key of the row under alias (already quoted) in SQL.
 func keySQL(alias string, cols []keyCol, nullable bool) string {
 	if keyPlain(len(cols), nullable) {
-		return "format('%s', " + alias + "." + ident(cols[0].Name) + ")"
+		ref := alias + "." + ident(cols[0].Name)
+		if textCastIsOutput[cols[0].Type] {
+			// The same text as format's %s (the type's output function),
+			// without format's parse of its pattern on every row: about
+			// 0.1 µs a row of a build's ledger inserts.
+			return "(" + ref + ")::text"
+		}
+		return "format('%s', " + ref + ")"
 	}
 	parts := make([]string, len(cols))
 	for i, c := range cols {
@@ -24,6 +31,16 @@ func keySQL(alias string, cols []keyCol, nullable bool) string {
 			ref + "), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END"
 	}
 	return "(" + strings.Join(parts, " || chr(31) || ") + ")"
+}
+
+// textCastIsOutput lists the built-in key types whose cast to text is their
+// output function (an I/O or binary coercion), so ::text renders a key as
+// format('%s') does. Not bool (its cast says true, its output t), nor
+// bpchar (the cast strips trailing blanks), nor inet (the cast shows the
+// netmask), nor types whose output follows settings.
+var textCastIsOutput = map[string]bool{
+	"smallint": true, "integer": true, "bigint": true, "oid": true,
+	"text": true, "character varying": true, "uuid": true,
 }
 
 // encodeKey is the Go twin of keySQL (nil = NULL part).
