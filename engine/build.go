@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -187,7 +188,15 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		// 1-1 build ~20 % and a 100,000-group build about twice (B8,
 		// 2026-12-01).
 		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
-		if done, err = e.freshChunk(ctx, tx, cd, build, cd.freshSQL(where, tgtConds), args); err != nil {
+		if done, err = e.setChunk(ctx, tx, cd, build, cd.freshSQL(where, tgtConds), args, false); err != nil {
+			return err
+		}
+	} else if cd.rebuild.live != "" && !e.plant.lockedRebuilds {
+		// A 1-1 rebuild's chunk, set-based too: the same lock orders it
+		// with the pages that keep applying meanwhile (see setChunk).
+		// Keys the source lacks are the sweep's.
+		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
+		if done, err = e.setChunk(ctx, tx, cd, build, cd.rebuildSQL(where, tgtConds), args, true); err != nil {
 			return err
 		}
 	}
@@ -443,8 +452,9 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 	return err
 }
 
-// freshChunk builds a chunk of a fresh build (§12.8 fast path) in one
-// set-based statement q instead of per-key locks and re-derives. It first
+// setChunk builds a chunk of a fresh build (§12.8 fast path), or of a 1-1
+// rebuild, in one set-based statement q instead of per-key locks and
+// re-derives. It first
 // locks the ledger against this definition's pages (every page takes ROW
 // EXCLUSIVE on it before writing either table), then reads the range in
 // the next statement, so its read is newer than every page that wrote
@@ -455,13 +465,15 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 // pages apply) and is skipped; every other key is written from the read:
 // 1-1 target rows (no ledger entries: a page creates one when it needs
 // it), or aggregate ledger entries only, the group rows being written once
-// by the build's groups step (groupsStep). 1-1 chunks share the lock and
+// by the build's groups step (groupsStep). A 1-1 rebuild's chunk upserts
+// every key of its range from the read, rewriting rows that differ, and
+// leaves keys a page writes after it to that page's newer read. 1-1 chunks share the lock and
 // run in parallel; aggregate chunks write the ledger, so they take SHARE
 // ROW EXCLUSIVE and run one at a time. It returns the rows written, or -1
 // when the statement failed on the data (an expression error, a row edited
 // into the target by hand): the chunk then takes the locked path, which
 // isolates the keys.
-func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
+func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any, counts bool) (int64, error) {
 	agg := cd.c.Spec.IsAggregate()
 	mode := "SHARE"
 	if agg {
@@ -485,22 +497,29 @@ func (e *Engine) freshChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, bui
 	if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
 		return 0, err
 	}
-	n, failed, err := chunkStatement(ctx, tx, q, args)
+	n, failed, err := chunkStatement(ctx, tx, q, args, counts)
 	if failed != nil {
-		e.log.Info("fresh build chunk failed; taking the locked path", "definition", cd.id, "err", failed)
+		e.log.Info("set-based build chunk failed; taking the locked path", "definition", cd.id, "err", failed)
 		return -1, nil
 	}
 	return n, err
 }
 
-// chunkStatement runs a fresh or heap chunk's one statement under a
-// savepoint and returns the rows it wrote; failed is a data error (the
-// rows, not the engine) after which only the statement is rolled back.
-func chunkStatement(ctx context.Context, tx pgx.Tx, q string, args []any) (n int64, failed, err error) {
+// chunkStatement runs a set-based chunk's one statement under a savepoint
+// and returns the rows it wrote, or (counts) the count it returns; failed
+// is a data error (the rows, not the engine) after which only the
+// statement is rolled back.
+func chunkStatement(ctx context.Context, tx pgx.Tx, q string, args []any, counts bool) (n int64, failed, err error) {
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
 		return 0, nil, err
 	}
-	tag, err := tx.Exec(ctx, q, args...)
+	if counts {
+		err = tx.QueryRow(ctx, q, args...).Scan(&n)
+	} else {
+		var tag pgconn.CommandTag
+		tag, err = tx.Exec(ctx, q, args...)
+		n = tag.RowsAffected()
+	}
 	if err != nil {
 		if !poisonous(err) {
 			return 0, nil, err
@@ -511,7 +530,7 @@ func chunkStatement(ctx context.Context, tx pgx.Tx, q string, args []any) (n int
 		return 0, err, nil
 	}
 	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
-	return tag.RowsAffected(), nil, err
+	return n, nil, err
 }
 
 // groupsStep is the last task of a fresh aggregate build: once every chunk
@@ -694,7 +713,7 @@ func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) er
 // rebuild on the locked path, which isolates them (done = -1); the entries
 // other chunks committed stay and are re-derived by it.
 func (e *Engine) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
-	n, failed, err := chunkStatement(ctx, tx, q, args)
+	n, failed, err := chunkStatement(ctx, tx, q, args, false)
 	if failed == nil {
 		return n, err
 	}

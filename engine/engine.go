@@ -162,6 +162,9 @@ type plants struct {
 	// Not a fault: fresh aggregate builds take the classic path (pages
 	// write during them), as with an older process in the fleet.
 	classicBuilds bool
+	// Not a fault: 1-1 rebuild chunks re-derive on the locked path, key by
+	// key, as before set-based rebuild chunks (tests of the locked path).
+	lockedRebuilds bool
 }
 
 // New returns an engine over pool. The pool's role is the workers' role

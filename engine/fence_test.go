@@ -171,7 +171,17 @@ func TestBuildPlanWalksInSteps(t *testing.T) {
 // open with its cursor and rows done so far between steps, and both builds
 // end exact (the sweep's steps delete what the source lost while paused). A
 // fresh build's chunks are never cut: a lifecycle statement cancels them.
+// The locked path is what aggregate rebuilds and failed set-based chunks
+// take; a 1-1 rebuild's chunks are set-based and its sweep re-derives only
+// the keys the source lost, so the same rebuild then takes a few steps,
+// its chunks whole.
 func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
+	for _, locked := range []bool{true, false} {
+		t.Run(map[bool]string{true: "locked", false: "set-based"}[locked], func(t *testing.T) { rebuildSteps(t, locked) })
+	}
+}
+
+func rebuildSteps(t *testing.T, locked bool) {
 	pool := testDB(t)
 	ctx := context.Background()
 	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
@@ -182,6 +192,7 @@ func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
 	cfg.BuildStepBudget = time.Nanosecond
 	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
 		e.plant.firstSlice = 7
+		e.plant.lockedRebuilds = locked
 	})
 	status := func() string {
 		t.Helper()
@@ -238,14 +249,27 @@ func TestRebuildStepsStopAtTheirBudget(t *testing.T) {
 	}
 	steps, openRows := build()
 	t.Logf("rebuild: %d steps, an open chunk held %d rows between steps", steps, openRows)
-	// The sweep walks the 400 target keys 7 at a time (58 steps), the plan
-	// takes one, and the 410 source rows' chunks 7 keys a step (at least
-	// 59 steps).
-	if steps < 58+1+59 {
-		t.Fatalf("the rebuild took %d steps; budgeted steps of 7 keys take at least %d", steps, 58+1+59)
-	}
-	if openRows == 0 || openRows%7 != 0 {
-		t.Fatalf("an open chunk recorded %d rows between steps, want a positive multiple of the 7-key slice", openRows)
+	if locked {
+		// The sweep walks the 400 target keys 7 at a time (58 steps), the
+		// plan takes one, and the 410 source rows' chunks 7 keys a step
+		// (at least 59 steps).
+		if steps < 58+1+59 {
+			t.Fatalf("the rebuild took %d steps; budgeted steps of 7 keys take at least %d", steps, 58+1+59)
+		}
+		if openRows == 0 || openRows%7 != 0 {
+			t.Fatalf("an open chunk recorded %d rows between steps, want a positive multiple of the 7-key slice", openRows)
+		}
+	} else {
+		// The sweep takes a step for the (empty) ledger, two for each 100
+		// target keys walked (10 deleted keys in each: a slice of 7, then
+		// 3) and one to find the end; the plan at most two, and each of at
+		// most 6 chunks one.
+		if bound := 1 + 8 + 1 + 2 + 6; steps > bound {
+			t.Fatalf("the rebuild took %d steps; a sweep of the deleted keys and whole chunks take at most %d", steps, bound)
+		}
+		if openRows != 0 {
+			t.Fatalf("a set-based rebuild chunk was left open with %d of its rows", openRows)
+		}
 	}
 	assertSame(t, pool, `SELECT id, a2 FROM v`, `SELECT id, a * 2 FROM s`)
 }

@@ -574,12 +574,23 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 	if phase != nil && c.KeyNullable {
 		until = time.Time{}
 	}
-	n, err := e.applySlices(keys, until, func(slice []string) error { return e.applyKeys(ctx, tx, cd, slice) })
+	// The rebuild's chunks re-derive every key the source has; the sweep
+	// is for the keys it lacks (rows deleted while the transform was
+	// paused). A key deleted after this read is captured and re-derived
+	// by a page.
+	gone := keys
+	if !e.plant.lockedRebuilds {
+		if gone, err = absentFromSource(ctx, tx, c, keys); err != nil {
+			return err
+		}
+	}
+	n, err := e.applySlices(gone, until, func(slice []string) error { return e.applyKeys(ctx, tx, cd, slice) })
 	if err != nil {
 		return err
 	}
-	if n < len(keys) {
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[n-1])
+	if n < len(gone) {
+		// Walked in order, so every key up to the last applied is done.
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, gone[n-1])
 		return err
 	}
 	// The target phase runs for every 1-1 target: a fresh build (§12.8
@@ -596,6 +607,36 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	}
 	return err
+}
+
+// absentFromSource returns, in their order, the keys of c's source that
+// name no source row now (and any key that does not decode, which
+// applyKeys reports).
+func absentFromSource(ctx context.Context, q Querier, c *compiled, keys []string) ([]string, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	args, unnest, bad := keyArgs(keys, c.Key, c.KeyNullable)
+	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.source()+" AS "+ident(SourceAlias)+
+		" WHERE "+keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	absent := make(map[string]bool, len(found)+len(bad))
+	for _, k := range append(found, bad...) {
+		absent[k] = true
+	}
+	out := make([]string, 0, len(absent))
+	for _, k := range keys {
+		if absent[k] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // captureCurrent: ok when the table carries current, untampered capture.
