@@ -38,6 +38,7 @@ type compiledDef struct {
 	// rebuild is a 1-1 rebuild's chunk, in pieces around its range
 	// (rebuildSQL).
 	rebuild                struct{ live, set, diff, keyEq, insert, order string }
+	rebuildAgg             struct{ head, tail string }
 	groupsSQL              string
 	reconcileSQL, pruneSQL string
 }
@@ -65,6 +66,14 @@ func (cd *compiledDef) rebuildSQL(srcWhere string, tgtConds []string) string {
 	}
 	return q + ",\nins AS (" + r.insert + " FROM live WHERE NOT EXISTS (SELECT 1 FROM " + cd.c.target() + " AS t2 WHERE " + match +
 		") ORDER BY " + r.order + " RETURNING 1)\nSELECT count(*) FROM live"
+}
+
+// rebuildAggSQL is an aggregate rebuild's chunk over the source rows
+// srcWhere selects: each key's ledger entry re-derived from its row, the
+// differences added to the groups as a page adds them. It returns the rows
+// read and the group rows it wrote (for deleteEmpty and recompute).
+func (cd *compiledDef) rebuildAggSQL(srcWhere string) string {
+	return cd.rebuildAgg.head + srcWhere + cd.rebuildAgg.tail
 }
 
 // heapSQL is a heap build's chunk (build.go heapChunk): the range's ledger
@@ -388,6 +397,27 @@ RETURNING t.ctid`
 		lcols += ", a" + itoa(i)
 	}
 	lcols += sks("")
+	// An aggregate rebuild's chunk (rebuildAggSQL): derive over a key
+	// range of the source instead of a list of keys, for a chunk that holds
+	// the ledger against pages (no entry locks). Every key read is a
+	// member; keys the source lacks are the sweep's.
+	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
+	cd.rebuildAgg.tail = `),
+old AS MATERIALIZED (SELECT e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
+upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM live w
+        WHERE e.k = w.k AND e.k = ANY(ARRAY(SELECT k FROM live)) AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
+        RETURNING e.k),
+ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `) SELECT w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + ` FROM live w
+        WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.k = w.k) ORDER BY w.k COLLATE "C" RETURNING k),
+moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
+          UNION ALL
+          SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM live w WHERE w.k IN (SELECT k FROM upd UNION ALL SELECT k FROM ins)),
+d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `),
+tg AS (INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
+SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
+ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
+RETURNING t.ctid)
+SELECT (SELECT count(*) FROM live), coalesce(array_agg(ctid), '{}') FROM tg`
 	// A fresh chunk writes ledger entries only (the groups step writes
 	// the group rows once, from the ledger). The chunk holds the ledger
 	// against pages, so an entry present is one a page committed: probed

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -197,6 +198,10 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		// Keys the source lacks are the sweep's.
 		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
 		if done, err = e.setChunk(ctx, tx, cd, build, cd.rebuildSQL(where, tgtConds), args, true); err != nil {
+			return err
+		}
+	} else if cd.rebuildAgg.head != "" && !e.plant.lockedRebuilds {
+		if done, err = e.aggRebuildChunk(ctx, tx, cd, cd.rebuildAggSQL(where), args); err != nil {
 			return err
 		}
 	}
@@ -503,6 +508,49 @@ func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build
 		return -1, nil
 	}
 	return n, err
+}
+
+// aggRebuildChunk runs an aggregate rebuild's chunk as one statement
+// (rebuildAggSQL) under the ledger's SHARE ROW EXCLUSIVE lock, which waits
+// out the definition's pages in flight and holds off new ones, so the
+// chunk's read is newer than every entry a page wrote and every later page
+// re-derives from a newer read: the ordering the entry locks of the locked
+// path give, for the whole range at once (as setChunk's). Chunks of one
+// definition run one at a time. It returns the rows read, or -1 when the
+// statement failed on the data: the chunk then takes the locked path.
+func (e *Engine) aggRebuildChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, q string, args []any) (int64, error) {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
+		return 0, err
+	}
+	var n int64
+	var tids []pgtype.TID
+	if err := tx.QueryRow(ctx, q, args...).Scan(&n, &tids); err != nil {
+		if !poisonous(err) {
+			return 0, err
+		}
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
+			return 0, rerr
+		}
+		e.log.Info("set-based rebuild chunk failed; taking the locked path", "definition", cd.id, "err", err)
+		return -1, nil
+	}
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh"); err != nil {
+		return 0, err
+	}
+	if len(tids) > 0 {
+		if _, err := tx.Exec(ctx, cd.deleteEmpty, tids); err != nil {
+			return 0, err
+		}
+		if cd.recompute != "" {
+			if _, err := tx.Exec(ctx, cd.recompute, tids); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
 }
 
 // chunkStatement runs a set-based chunk's one statement under a savepoint
