@@ -506,49 +506,26 @@ func TestAggregateRebuildKeepsGroupsWithTheLedger(t *testing.T) {
 			cfg.DrainWorkers = -1 // the test runs the build steps
 			cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
 			e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.plant.lockedRebuilds = locked })
-			status := func() string {
-				t.Helper()
-				var st string
-				if err := pool.QueryRow(ctx, `SELECT status FROM trellis._definitions`).Scan(&st); err != nil {
+			// After each step, once only the groups step is left, the
+			// target against its ledger.
+			checked := 0
+			check := func() {
+				var others, groups int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE t.kind <> 'groups'), count(*) FILTER (WHERE t.kind = 'groups')
+					FROM trellis._build_tasks t JOIN trellis._definitions d ON d.build_id = t.build_id AND d.status = 'backfilling'
+					WHERE t.state <> 'done'`).Scan(&others, &groups); err != nil {
 					t.Fatal(err)
 				}
-				return st
-			}
-			// steps runs build steps until live and, after each, checks the
-			// target against its ledger once only the groups step is left.
-			steps := func(check bool) (checked int) {
-				t.Helper()
-				deadline := time.Now().Add(60 * time.Second)
-				for status() != "live" {
-					if time.Now().After(deadline) {
-						t.Fatalf("not live (status %s)", status())
-					}
-					did, err := e.buildStep(ctx, "test")
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !did {
-						time.Sleep(10 * time.Millisecond)
-						continue
-					}
-					var others, groups int
-					if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE t.kind <> 'groups'), count(*) FILTER (WHERE t.kind = 'groups')
-						FROM trellis._build_tasks t JOIN trellis._definitions d ON d.build_id = t.build_id AND d.status = 'backfilling'
-						WHERE t.state <> 'done'`).Scan(&others, &groups); err != nil {
-						t.Fatal(err)
-					}
-					if check && others == 0 && groups == 1 {
-						assertSame(t, pool, `SELECT g, sv, n FROM a`,
-							`SELECT g0, sum(a0), count(*) FROM a__ledger WHERE member GROUP BY g0`)
-						checked++
-					}
+				if others == 0 && groups == 1 {
+					assertSame(t, pool, `SELECT g, sv, n FROM a`,
+						`SELECT g0, sum(a0), count(*) FROM a__ledger WHERE member GROUP BY g0`)
+					checked++
 				}
-				return checked
 			}
 			if _, err := applyText(t, e, `TRANSFORM a FROM s GROUP BY g SELECT SUM(v) AS sv, COUNT(*) AS n`); err != nil {
 				t.Fatal(err)
 			}
-			steps(false)
+			stepUntilLive(t, e, pool, nil)
 			if _, err := applyText(t, e, `PAUSE TRANSFORM a`); err != nil {
 				t.Fatal(err)
 			}
@@ -561,10 +538,45 @@ func TestAggregateRebuildKeepsGroupsWithTheLedger(t *testing.T) {
 			if _, err := applyText(t, e, `RESUME TRANSFORM a`); err != nil {
 				t.Fatal(err)
 			}
-			if steps(true) != 1 {
+			if stepUntilLive(t, e, pool, check); checked != 1 {
 				t.Fatal("the rebuild never stood with only its groups step left")
 			}
 			assertSame(t, pool, `SELECT g, sv, n FROM a`, `SELECT g, sum(v), count(*) FROM s GROUP BY g`)
 		})
 	}
+}
+
+// stepUntilLive runs build steps as worker "test" until the one definition
+// is live, calling each (when set) after every step that did work, and
+// returns the steps run.
+func stepUntilLive(t *testing.T, e *Engine, pool *pgxpool.Pool, each func()) (steps int) {
+	t.Helper()
+	ctx := context.Background()
+	status := func() string {
+		t.Helper()
+		var st string
+		if err := pool.QueryRow(ctx, `SELECT status FROM trellis._definitions`).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for status() != "live" {
+		if time.Now().After(deadline) {
+			t.Fatalf("not live after %d steps (status %s)", steps, status())
+		}
+		did, err := e.buildStep(ctx, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !did {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		steps++
+		if each != nil {
+			each()
+		}
+	}
+	return steps
 }

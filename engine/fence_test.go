@@ -194,39 +194,18 @@ func rebuildSteps(t *testing.T, locked bool) {
 		e.plant.firstSlice = 7
 		e.plant.lockedRebuilds = locked
 	})
-	status := func() string {
-		t.Helper()
-		var st string
-		if err := pool.QueryRow(ctx, `SELECT status FROM trellis._definitions`).Scan(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
 	// build runs steps until the definition is live, counting them, and
 	// returns the most rows an open chunk had recorded between steps.
 	build := func() (steps int, openRows int64) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for status() != "live" {
-			if time.Now().After(deadline) {
-				t.Fatalf("not live after %d steps (status %s)", steps, status())
-			}
-			did, err := e.buildStep(ctx, "test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !did {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			steps++
+		steps = stepUntilLive(t, e, pool, func() {
 			var n int64
 			if err := pool.QueryRow(ctx, `SELECT coalesce(max(rows_done), 0) FROM trellis._build_tasks
 				WHERE kind = 'chunk' AND state = 'open' AND lo IS NOT NULL`).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			openRows = max(openRows, n)
-		}
+		})
 		return steps, openRows
 	}
 	if _, err := applyText(t, e, `TRANSFORM v FROM s SELECT a * 2 AS a2`); err != nil {
