@@ -531,16 +531,27 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	if err != nil {
 		return err
 	}
-	if len(tids) > 0 {
-		if _, err := tx.Exec(ctx, cd.deleteEmpty, tids); err != nil {
-			return err
-		}
-		if cd.recompute != "" {
-			if _, err := tx.Exec(ctx, cd.recompute, tids); err != nil {
-				return err
-			}
-		}
+	if err := tidyGroups(ctx, tx, cd, tids); err != nil {
+		return err
 	}
 	_, err = tx.Exec(ctx, cd.ledgerGC, good)
 	return err
+}
+
+// tidyGroups finishes the group rows a derive wrote (tids): those left
+// without members deleted, recomputed fields (MIN, MAX, …) read again
+// from their ledger entries.
+func tidyGroups(ctx context.Context, tx pgx.Tx, cd *compiledDef, tids []pgtype.TID) error {
+	if len(tids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, cd.deleteEmpty, tids); err != nil {
+		return err
+	}
+	if cd.recompute != "" {
+		if _, err := tx.Exec(ctx, cd.recompute, tids); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -522,63 +521,52 @@ func (e *Engine) aggRebuildChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
-		return 0, err
-	}
 	var n int64
 	var tids []pgtype.TID
-	if err := tx.QueryRow(ctx, q, args...).Scan(&n, &tids); err != nil {
-		if !poisonous(err) {
-			return 0, err
-		}
-		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
-			return 0, rerr
-		}
-		e.log.Info("set-based rebuild chunk failed; taking the locked path", "definition", cd.id, "err", err)
-		return -1, nil
-	}
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh"); err != nil {
+	failed, err := underSavepoint(ctx, tx, func() error { return tx.QueryRow(ctx, q, args...).Scan(&n, &tids) })
+	if err != nil {
 		return 0, err
 	}
-	if len(tids) > 0 {
-		if _, err := tx.Exec(ctx, cd.deleteEmpty, tids); err != nil {
-			return 0, err
-		}
-		if cd.recompute != "" {
-			if _, err := tx.Exec(ctx, cd.recompute, tids); err != nil {
-				return 0, err
-			}
-		}
+	if failed != nil {
+		e.log.Info("set-based rebuild chunk failed; taking the locked path", "definition", cd.id, "err", failed)
+		return -1, nil
 	}
-	return n, nil
+	return n, tidyGroups(ctx, tx, cd, tids)
 }
 
 // chunkStatement runs a set-based chunk's one statement under a savepoint
 // and returns the rows it wrote, or (counts) the count it returns; failed
-// is a data error (the rows, not the engine) after which only the
-// statement is rolled back.
+// is a data error (underSavepoint).
 func chunkStatement(ctx context.Context, tx pgx.Tx, q string, args []any, counts bool) (n int64, failed, err error) {
-	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
-		return 0, nil, err
-	}
-	if counts {
-		err = tx.QueryRow(ctx, q, args...).Scan(&n)
-	} else {
-		var tag pgconn.CommandTag
-		tag, err = tx.Exec(ctx, q, args...)
+	failed, err = underSavepoint(ctx, tx, func() error {
+		if counts {
+			return tx.QueryRow(ctx, q, args...).Scan(&n)
+		}
+		tag, err := tx.Exec(ctx, q, args...)
 		n = tag.RowsAffected()
+		return err
+	})
+	return n, failed, err
+}
+
+// underSavepoint runs stmt under a savepoint. A data error (the rows, not
+// the engine: poisonous) rolls back only stmt's work and comes back as
+// failed; any other error as err.
+func underSavepoint(ctx context.Context, tx pgx.Tx, stmt func() error) (failed, err error) {
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
+		return nil, err
 	}
-	if err != nil {
+	if err := stmt(); err != nil {
 		if !poisonous(err) {
-			return 0, nil, err
+			return nil, err
 		}
 		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
-			return 0, nil, rerr
+			return nil, rerr
 		}
-		return 0, err, nil
+		return err, nil
 	}
 	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
-	return n, nil, err
+	return nil, err
 }
 
 // groupsStep is the last task of a fresh aggregate build: once every chunk
