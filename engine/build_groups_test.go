@@ -530,7 +530,9 @@ func TestAggregateRebuildKeepsGroupsWithTheLedger(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Discarded while paused: moves between groups, new values, a
-			// group emptied and one born, new rows.
+			// group emptied and one born, new rows, deleted rows (the
+			// sweep's).
+			exec(t, pool, `DELETE FROM s WHERE id % 13 = 0`)
 			exec(t, pool, `UPDATE s SET g = g + 1 WHERE id % 3 = 0`)
 			exec(t, pool, `UPDATE s SET v = v * 2 WHERE id % 5 = 0`)
 			exec(t, pool, `UPDATE s SET g = 100 WHERE g = 0`)
