@@ -400,12 +400,14 @@ RETURNING t.ctid`
 	// An aggregate rebuild's chunk (rebuildAggSQL): derive over a key
 	// range of the source instead of a list of keys, for a chunk that holds
 	// the ledger against pages (no entry locks). Every key read is a
-	// member; keys the source lacks are the sweep's.
+	// member; keys the source lacks are the sweep's. The update finds the
+	// entries old read by their tuple ids (no second index descent per key;
+	// the chunk's lock keeps them where they are).
 	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
 	cd.rebuildAgg.tail = `),
-old AS MATERIALIZED (SELECT e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
+old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
 upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM live w
-        WHERE e.k = w.k AND e.k = ANY(ARRAY(SELECT k FROM live)) AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
+        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
         RETURNING e.k),
 ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `) SELECT w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + ` FROM live w
         WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.k = w.k) ORDER BY w.k COLLATE "C" RETURNING k),
