@@ -377,12 +377,15 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			cd.groupValue[f.Name] = incExpr(f, c.FieldArg[i], accOwn)
 		}
 	}
+	// The entries old read are updated by tuple id: the page holds them
+	// locked (lockSelect), so they stay where old found them, and the
+	// UPDATE needs no second index descent per key.
 	cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
 want AS (SELECT u.k, (l.k IS NOT NULL) AS member, ` + gs("l.") + as("l.") + sks("l.") + ` FROM u LEFT JOIN live l ON l.k = u.k),
-old AS MATERIALIZED (SELECT e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY($1::text[])),
+old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY($1::text[])),
 upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM want w
-        WHERE e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
+        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
         RETURNING e.k),
 moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
           UNION ALL
