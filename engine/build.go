@@ -176,6 +176,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return err
 	}
 	where, args := e.rangeWhere(c, lo, hi, 1)
+	tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
 	done := int64(-1)
 	if heap {
 		if done, err = e.heapChunk(ctx, tx, cd, build, cd.heapSQL(where), args); err != nil || done < 0 {
@@ -187,20 +188,25 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		// mark). Cutting fresh chunks to the step budget cost the 1M-row
 		// 1-1 build ~20 % and a 100,000-group build about twice (B8,
 		// 2026-12-01).
-		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
-		if done, err = e.setChunk(ctx, tx, cd, build, cd.freshSQL(where, tgtConds), args, false); err != nil {
+		if done, err = e.setChunk(ctx, tx, cd, build, execRows(ctx, tx, cd.freshSQL(where, tgtConds), args)); err != nil {
 			return err
 		}
-	} else if cd.rebuild.live != "" && !e.plant.lockedRebuilds {
-		// A 1-1 rebuild's chunk, set-based too: the same lock orders it
-		// with the pages that keep applying meanwhile (see setChunk).
-		// Keys the source lacks are the sweep's.
-		tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
-		if done, err = e.setChunk(ctx, tx, cd, build, cd.rebuildSQL(where, tgtConds), args, true); err != nil {
-			return err
+	} else if !e.plant.lockedRebuilds && (cd.rebuild.live != "" || cd.rebuildAgg.head != "") {
+		// A rebuild's chunk, set-based too: the same lock orders it with
+		// the pages that keep applying meanwhile (see setChunk). Keys the
+		// source lacks are the sweep's.
+		stmt := func() (n int64, err error) {
+			if cd.rebuild.live != "" { // 1-1
+				err = tx.QueryRow(ctx, cd.rebuildSQL(where, tgtConds), args...).Scan(&n)
+				return n, err
+			}
+			var tids []pgtype.TID
+			if err = tx.QueryRow(ctx, cd.rebuildAggSQL(where), args...).Scan(&n, &tids); err != nil {
+				return 0, err
+			}
+			return n, tidyGroups(ctx, tx, cd, tids)
 		}
-	} else if cd.rebuildAgg.head != "" && !e.plant.lockedRebuilds {
-		if done, err = e.aggRebuildChunk(ctx, tx, cd, cd.rebuildAggSQL(where), args); err != nil {
+		if done, err = e.setChunk(ctx, tx, cd, 0, stmt); err != nil {
 			return err
 		}
 	}
@@ -384,35 +390,32 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, size int) (int64, *string, error) {
 	c := cd.c
 	k := c.Key[0]
+	// Every bound, rendered as a key (a histogram has at most 10,001).
 	var reltuples float64
-	var nb int
-	err := tx.QueryRow(ctx, `SELECT greatest(cl.reltuples, 0)::float8, coalesce(cardinality(st.histogram_bounds::text::text[]), 0)
+	var all []string
+	err := tx.QueryRow(ctx, `SELECT greatest(cl.reltuples, 0)::float8,
+		  coalesce((SELECT array_agg(`+keySQL("h", c.Key, false)+` ORDER BY h.i)
+		    FROM unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS h(`+ident(k.Name)+`, i)), '{}')
 		FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
 		LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited
-		WHERE cl.oid = to_regclass($1)`, c.source(), k.Name).Scan(&reltuples, &nb)
-	if errors.Is(err, pgx.ErrNoRows) || nb < 2 {
+		WHERE cl.oid = to_regclass($1)`, c.source(), k.Name).Scan(&reltuples, &all)
+	if errors.Is(err, pgx.ErrNoRows) || len(all) < 2 {
 		return 0, nil, nil
 	}
 	if err != nil {
 		return 0, nil, err
 	}
-	perBucket := reltuples / float64(nb-1)
+	perBucket := reltuples / float64(len(all)-1)
 	if perBucket < 1 || perBucket > float64(size) {
 		return 0, nil, nil
 	}
 	every := max(1, int(float64(size)/perBucket))
-	rows, err := tx.Query(ctx, `SELECT `+keySQL("h", c.Key, false)+` FROM (
-		  SELECT x.b AS `+ident(k.Name)+`, x.i FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
-		  JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited,
-		  unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS x(b, i)
-		  WHERE cl.oid = to_regclass($1)) h
-		WHERE h.i % $3 = 0 ORDER BY h.i`, c.source(), k.Name, every)
-	if err != nil {
-		return 0, nil, err
+	var bounds []string
+	for i := every; i <= len(all); i += every { // 1-based, as the ordinality was
+		bounds = append(bounds, all[i-1])
 	}
-	bounds, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(bounds) == 0 {
-		return 0, nil, err
+	if len(bounds) == 0 {
+		return 0, nil, nil
 	}
 	// The first chunk starts before the smallest key: (NULL, b1].
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind, lo, hi)
@@ -452,32 +455,32 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 	// them under its row lock): updating the definition row here, which
 	// this task and every page share-lock, while holding the ledger SHARE
 	// that those pages wait for, starved forever behind them.
-	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
-	return err
+	return e.taskDone(ctx, tx, taskID)
 }
 
-// setChunk builds a chunk of a fresh build (§12.8 fast path), or of a 1-1
-// rebuild, in one set-based statement q instead of per-key locks and
-// re-derives. It first
-// locks the ledger against this definition's pages (every page takes ROW
-// EXCLUSIVE on it before writing either table), then reads the range in
-// the next statement, so its read is newer than every page that wrote
+// setChunk builds a chunk of a fresh build (§12.8 fast path; freshBuild
+// is its id) or of a rebuild (freshBuild 0) with one set-based statement,
+// stmt, instead of per-key locks and re-derives; stmt returns the rows it
+// read or wrote. It first locks the ledger against this definition's pages
+// (every page takes ROW EXCLUSIVE on it before writing either table), then
+// stmt reads the range, so its read is newer than every page that wrote
 // these keys, and every page after it re-derives from a newer read still:
 // the ordering a page's entry lock gives, for the whole range at once.
-// Because the ledger and target were empty at the build start, a key a
-// page already wrote is correct up to changes still pending (which later
-// pages apply) and is skipped; every other key is written from the read:
-// 1-1 target rows (no ledger entries: a page creates one when it needs
-// it), or aggregate ledger entries only, the group rows being written once
-// by the build's groups step (groupsStep). A 1-1 rebuild's chunk upserts
-// every key of its range from the read, rewriting rows that differ, and
-// leaves keys a page writes after it to that page's newer read. 1-1 chunks share the lock and
-// run in parallel; aggregate chunks write the ledger, so they take SHARE
-// ROW EXCLUSIVE and run one at a time. It returns the rows written, or -1
-// when the statement failed on the data (an expression error, a row edited
-// into the target by hand): the chunk then takes the locked path, which
-// isolates the keys.
-func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any, counts bool) (int64, error) {
+// A fresh chunk: because the ledger and target were empty at the build
+// start, a key a page already wrote is correct up to changes still pending
+// (which later pages apply) and is skipped; every other key is written
+// from the read: 1-1 target rows (no ledger entries: a page creates one
+// when it needs it), or aggregate ledger entries only, the group rows
+// being written once by the build's groups step (groupsStep). A rebuild's
+// chunk re-derives every key of its range from the read: 1-1 rows that
+// differ rewritten, missing ones inserted (rebuildSQL); aggregate entries
+// updated or inserted and their differences added to the groups as a page
+// adds them (rebuildAggSQL). 1-1 chunks share the lock and run in
+// parallel; aggregate chunks write the ledger, so they take SHARE ROW
+// EXCLUSIVE and run one at a time. It returns stmt's rows, or -1 when stmt
+// failed on the data (an expression error, a row edited into the target by
+// hand): the chunk then takes the locked path, which isolates the keys.
+func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, freshBuild int64, stmt func() (int64, error)) (int64, error) {
 	agg := cd.c.Spec.IsAggregate()
 	mode := "SHARE"
 	if agg {
@@ -486,13 +489,14 @@ func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN "+mode+" MODE"); err != nil {
 		return 0, err
 	}
-	if agg {
+	if agg && freshBuild != 0 {
 		// With the chunk, atomically: a build whose chunk wrote entries
 		// only cannot go live before its groups are written. Idempotent,
-		// so a build planned by an older binary gets one too.
+		// so a build planned by an older binary gets one too. (A rebuild
+		// is given its groups task when it starts: addSweep.)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s (definition_id, build_id, kind)
 			SELECT $1, $2, 'groups' WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $2 AND kind = 'groups')`,
-			e.tbl("_build_tasks")), cd.id, build); err != nil {
+			e.tbl("_build_tasks")), cd.id, freshBuild); err != nil {
 			return 0, err
 		}
 	}
@@ -501,7 +505,7 @@ func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build
 	if _, err := tx.Exec(ctx, "SET LOCAL work_mem = '64MB'"); err != nil {
 		return 0, err
 	}
-	n, failed, err := chunkStatement(ctx, tx, q, args, counts)
+	n, failed, err := underSavepoint(ctx, tx, stmt)
 	if failed != nil {
 		e.log.Info("set-based build chunk failed; taking the locked path", "definition", cd.id, "err", failed)
 		return -1, nil
@@ -509,64 +513,32 @@ func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build
 	return n, err
 }
 
-// aggRebuildChunk runs an aggregate rebuild's chunk as one statement
-// (rebuildAggSQL) under the ledger's SHARE ROW EXCLUSIVE lock, which waits
-// out the definition's pages in flight and holds off new ones, so the
-// chunk's read is newer than every entry a page wrote and every later page
-// re-derives from a newer read: the ordering the entry locks of the locked
-// path give, for the whole range at once (as setChunk's). Chunks of one
-// definition run one at a time. It returns the rows read, or -1 when the
-// statement failed on the data: the chunk then takes the locked path.
-func (e *Engine) aggRebuildChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, q string, args []any) (int64, error) {
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
-		return 0, err
-	}
-	var n int64
-	var tids []pgtype.TID
-	failed, err := underSavepoint(ctx, tx, func() error { return tx.QueryRow(ctx, q, args...).Scan(&n, &tids) })
-	if err != nil {
-		return 0, err
-	}
-	if failed != nil {
-		e.log.Info("set-based rebuild chunk failed; taking the locked path", "definition", cd.id, "err", failed)
-		return -1, nil
-	}
-	return n, tidyGroups(ctx, tx, cd, tids)
-}
-
-// chunkStatement runs a set-based chunk's one statement under a savepoint
-// and returns the rows it wrote, or (counts) the count it returns; failed
-// is a data error (underSavepoint).
-func chunkStatement(ctx context.Context, tx pgx.Tx, q string, args []any, counts bool) (n int64, failed, err error) {
-	failed, err = underSavepoint(ctx, tx, func() error {
-		if counts {
-			return tx.QueryRow(ctx, q, args...).Scan(&n)
-		}
+// execRows is a chunk statement run for the rows it writes.
+func execRows(ctx context.Context, tx pgx.Tx, q string, args []any) func() (int64, error) {
+	return func() (int64, error) {
 		tag, err := tx.Exec(ctx, q, args...)
-		n = tag.RowsAffected()
-		return err
-	})
-	return n, failed, err
+		return tag.RowsAffected(), err
+	}
 }
 
-// underSavepoint runs stmt under a savepoint. A data error (the rows, not
-// the engine: poisonous) rolls back only stmt's work and comes back as
-// failed; any other error as err.
-func underSavepoint(ctx context.Context, tx pgx.Tx, stmt func() error) (failed, err error) {
+// underSavepoint runs a chunk's statement under a savepoint and returns its
+// rows. A data error (the rows, not the engine: poisonous) rolls back only
+// stmt's work and comes back as failed; any other error as err.
+func underSavepoint(ctx context.Context, tx pgx.Tx, stmt func() (int64, error)) (n int64, failed, err error) {
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fresh"); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	if err := stmt(); err != nil {
+	if n, err = stmt(); err != nil {
 		if !poisonous(err) {
-			return nil, err
+			return 0, nil, err
 		}
 		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fresh"); rerr != nil {
-			return nil, rerr
+			return 0, nil, rerr
 		}
-		return err, nil
+		return 0, err, nil
 	}
 	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fresh")
-	return nil, err
+	return n, nil, err
 }
 
 // groupsStep is the last task of a fresh aggregate build: once every chunk
@@ -635,8 +607,7 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 		}
 		e.log.Debug("build groups step", "definition", cd.id, "fresh", fresh, "rows", tag.RowsAffected())
 	}
-	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
-	return err
+	return e.taskDone(ctx, tx, taskID)
 }
 
 // A heap build is a fresh aggregate build that keeps drain pages off the
@@ -715,6 +686,13 @@ func ledgerKeyIndex(ctx context.Context, q Querier, c *compiled) (index, constra
 	return index, constraint, err
 }
 
+// taskDone closes a build task that keeps no count of rows (groups, index,
+// refresh, a finished sweep).
+func (e *Engine) taskDone(ctx context.Context, tx pgx.Tx, taskID int64) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+	return err
+}
+
 // indexStep is a heap build's index task: the ledger's key index, built
 // once and sorted after the chunks, beside the groups task (both only
 // read the ledger), before the build goes live and pages come back.
@@ -722,8 +700,7 @@ func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 	if err := e.ensureLedgerKey(ctx, tx, cd.c); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
-	return err
+	return e.taskDone(ctx, tx, taskID)
 }
 
 // ensureLedgerKey gives an aggregate ledger its key index back when a heap
@@ -749,7 +726,7 @@ func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) er
 // rebuild on the locked path, which isolates them (done = -1); the entries
 // other chunks committed stay and are re-derived by it.
 func (e *Engine) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
-	n, failed, err := chunkStatement(ctx, tx, q, args, false)
+	n, failed, err := underSavepoint(ctx, tx, execRows(ctx, tx, q, args))
 	if failed == nil {
 		return n, err
 	}

@@ -490,7 +490,7 @@ func TestFreshPlanFromStaleHistogram(t *testing.T) {
 }
 
 // An aggregate rebuild's chunks re-derive a key range at once under the
-// ledger's lock (aggRebuildChunk); they still add each entry's difference
+// ledger's lock (setChunk, rebuildAggSQL); they still add each entry's difference
 // to its group as a page does, so between steps the rebuilding target is
 // the aggregate of its ledger (readers never see counts no entry backs)
 // before the groups step reconciles. Run both ways: the locked path's

@@ -604,7 +604,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 	case phase == nil && !c.Spec.IsAggregate():
 		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = NULL, hi = 'target' WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	default:
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
+		err = e.taskDone(ctx, tx, taskID)
 	}
 	return err
 }
