@@ -42,7 +42,7 @@ type Splice struct {
 // between a schema name and its dot (trellis/**/.status) is not seen; such
 // a name reaches Postgres as written.
 func needsRewrite(sql string, opts Options) bool {
-	aliasing := opts.CatalogName != "" && opts.CatalogName != "trellis"
+	aliasing := opts.aliasing()
 	if !aliasing && opts.Relations == nil {
 		return false
 	}
@@ -258,8 +258,7 @@ const psqlAliasPattern = `'^(trellis)$'`
 // can only be a pattern for the alias.
 func (r *rewriter) psqlPattern(n *pg_query.A_Const) {
 	sv, ok := n.Val.(*pg_query.A_Const_Sval)
-	aliasing := r.opts.CatalogName != "" && r.opts.CatalogName != "trellis"
-	if !ok || !aliasing || sv.Sval.Sval != "^(trellis)$" || !plainName(r.opts.CatalogName) {
+	if !ok || !r.opts.aliasing() || sv.Sval.Sval != "^(trellis)$" || !plainName(r.opts.CatalogName) {
 		return
 	}
 	loc := int(n.Location)
@@ -280,6 +279,10 @@ func plainName(s string) bool {
 	}
 	return s != ""
 }
+
+// aliasing reports whether the trellis. alias names a catalog of another
+// name, which statements are rewritten to.
+func (o Options) aliasing() bool { return o.CatalogName != "" && o.CatalogName != "trellis" }
 
 // isAlias reports whether a parsed schema name is the alias "trellis" or
 // the catalog itself.

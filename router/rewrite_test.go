@@ -52,23 +52,18 @@ func TestRewritePsqlDescribePattern(t *testing.T) {
 		t.Fatalf("Rewrite = %q, %v; want %q", got, ok, want)
 	}
 	for _, c := range []struct {
-		opts Options
-		in   string
+		opts    Options
+		in      string
+		aliased bool
 	}{
-		{Options{Schema: "trellis", CatalogName: "trellis"}, describe},              // the default catalog: nothing to alias
-		{Options{Schema: "Tenant", CatalogName: "Tenant"}, describe},                // would need quoting in psql's pattern
-		{opts, `SELECT '^(trellis)$ ' AS x`},                                        // another literal
-		{opts, `SELECT 'x' WHERE 'trellis' ~ '^(trellis)$' /* the same pattern */`}, // the client's own regex: rewritten, documented
+		{Options{Schema: "trellis", CatalogName: "trellis"}, describe, false},             // the default catalog: nothing to alias
+		{Options{Schema: "Tenant", CatalogName: "Tenant"}, describe, false},               // would need quoting in psql's pattern
+		{opts, `SELECT '^(trellis)$ ' AS x`, false},                                       // another literal
+		{opts, `SELECT 'x' WHERE 'trellis' ~ '^(trellis)$' /* the same pattern */`, true}, // the client's own regex: rewritten, documented
 	} {
 		got, _, ok := Rewrite(c.in, c.opts)
-		if c.in == `SELECT 'x' WHERE 'trellis' ~ '^(trellis)$' /* the same pattern */` {
-			if !ok || !strings.Contains(got, "'^(tenant_a)$'") {
-				t.Errorf("Rewrite(%q) = %q, %v; want the pattern aliased", c.in, got, ok)
-			}
-			continue
-		}
-		if ok {
-			t.Errorf("Rewrite(%q) with catalog %q = %q, want no rewrite", c.in, c.opts.CatalogName, got)
+		if aliased := ok && strings.Contains(got, "'^(tenant_a)$'"); aliased != c.aliased || (!c.aliased && ok) {
+			t.Errorf("Rewrite(%q) with catalog %q = %q, %v; want the pattern aliased: %v", c.in, c.opts.CatalogName, got, ok, c.aliased)
 		}
 	}
 }
