@@ -14,7 +14,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 11
+const formatVersion = 15
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -245,6 +245,15 @@ ALTER TABLE {{S}}._workers ADD COLUMN format int NOT NULL DEFAULT 0;
 ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
   ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh','groups','index'));
 `,
+	// 12-15: the trust boundary (D20, D21), one slot per mechanism so the
+	// branches that build them merge without renumbering: 12 ownership and
+	// untrusted catalog rows, 13 per-definition failure isolation, 14 locks
+	// no other role can take, 15 the workers' execution environment. An
+	// empty slot is a no-op.
+	`SELECT 1;`,
+	`SELECT 1;`,
+	`SELECT 1;`,
+	`SELECT 1;`,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {
