@@ -1,0 +1,799 @@
+-- migration 1
+CREATE TABLE "trellis"._instance (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  schema_name text NOT NULL, format_version int NOT NULL, target_schema text NOT NULL,
+  worker_role name NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+
+CREATE TABLE "trellis"._definitions (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  target_table text NOT NULL UNIQUE, target_oid oid NOT NULL, ledger_oid oid NOT NULL,
+  owner_role oid NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('one_to_one','aggregate')),
+  source_table text NOT NULL, source_oid oid NOT NULL,
+  definition_sql text NOT NULL,
+  compiled jsonb NOT NULL,
+  status text NOT NULL CHECK (status IN
+    ('waiting_to_backfill','backfilling','live','paused','quarantined')),
+  status_detail jsonb,
+  version bigint NOT NULL DEFAULT 1,
+  build_id bigint, build_kind text, build_started_at timestamptz,
+  build_rows_estimated bigint, build_rows_done bigint,
+  created_at timestamptz NOT NULL DEFAULT now());
+CREATE SEQUENCE "trellis"._build_seq;
+
+CREATE TABLE "trellis"._definition_reads (
+  definition_id bigint NOT NULL REFERENCES "trellis"._definitions ON DELETE CASCADE,
+  table_name text NOT NULL, table_oid oid NOT NULL,
+  columns jsonb NOT NULL DEFAULT '[]',
+  role text NOT NULL CHECK (role IN ('source','to_one','to_many','upstream_target')),
+  PRIMARY KEY (definition_id, table_name, role));
+CREATE INDEX ON "trellis"._definition_reads (table_name);
+
+CREATE TABLE "trellis"._captured_tables (
+  table_name text PRIMARY KEY, table_oid oid NOT NULL,
+  key_columns jsonb NOT NULL, key_nullable boolean NOT NULL,
+  enable_mode "char" NOT NULL, function_hash text NOT NULL,
+  installed_at timestamptz);
+
+CREATE SEQUENCE "trellis"._change_seq CACHE 32;
+
+CREATE TABLE "trellis"._change_log (
+  change_id bigint NOT NULL DEFAULT nextval('"trellis"._change_seq'),
+  txid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  src_table text NOT NULL,
+  key text,
+  op text NOT NULL CHECK (op IN ('insert','update','delete','truncate','rederive','schema')),
+  definition_id bigint,
+  join_vals jsonb,
+  origin_lsn pg_lsn,
+  hop smallint NOT NULL DEFAULT 0, staged_at timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 100, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 20000);
+CREATE INDEX ON "trellis"._change_log (txid);
+CREATE INDEX ON "trellis"._change_log (origin_lsn);
+
+CREATE TABLE "trellis"._batches (
+  seq bigint PRIMARY KEY, snap pg_snapshot NOT NULL,
+  sealed_at timestamptz NOT NULL DEFAULT now(), row_count bigint NOT NULL,
+  bucket_count smallint NOT NULL, has_truncate boolean NOT NULL,
+  done_mask bigint NOT NULL DEFAULT 0,
+  state text NOT NULL CHECK (state IN ('sealed','drained')), drained_at timestamptz);
+INSERT INTO "trellis"._batches (seq, snap, row_count, bucket_count, has_truncate, done_mask, state, drained_at)
+VALUES (0, '1:1:', 0, 1, false, 1, 'drained', now());
+
+CREATE TABLE "trellis"._seal_lock (id boolean PRIMARY KEY DEFAULT true CHECK (id));
+INSERT INTO "trellis"._seal_lock VALUES (true);
+
+CREATE TABLE "trellis"._batch_buckets (
+  batch_seq bigint NOT NULL REFERENCES "trellis"._batches ON DELETE CASCADE,
+  bucket smallint NOT NULL,
+  state text NOT NULL DEFAULT 'open' CHECK (state IN ('open','done')),
+  after_table text, after_key text,
+  pages int NOT NULL DEFAULT 0,
+  attempts int NOT NULL DEFAULT 0, last_error text, last_sqlstate text,
+  next_attempt_at timestamptz,
+  PRIMARY KEY (batch_seq, bucket));
+
+CREATE TABLE "trellis"._workers (
+  worker_id text PRIMARY KEY, proxy_id text NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('staging','drain')),
+  registered_at timestamptz NOT NULL DEFAULT now(), last_seen timestamptz NOT NULL);
+
+CREATE TABLE "trellis"._build_tasks (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  definition_id bigint NOT NULL REFERENCES "trellis"._definitions ON DELETE CASCADE,
+  build_id bigint NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('plan','chunk')), lo text, hi text,
+  state text NOT NULL DEFAULT 'open' CHECK (state IN ('open','done')),
+  attempts int NOT NULL DEFAULT 0, rows_done bigint, last_error text, next_attempt_at timestamptz);
+CREATE INDEX ON "trellis"._build_tasks (build_id, state);
+
+CREATE TABLE "trellis"._poison (
+  definition_id bigint NOT NULL REFERENCES "trellis"._definitions ON DELETE CASCADE,
+  src_table text NOT NULL, key text NOT NULL, error text NOT NULL, sqlstate text,
+  origin_lsn pg_lsn,
+  poisoned_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (definition_id, src_table, key));
+
+CREATE FUNCTION "trellis"._converged(token pg_lsn) RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH d AS (SELECT snap FROM "trellis"._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+  SELECT NOT EXISTS (SELECT 1 FROM "trellis"._change_log c, d
+                     WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
+                       AND NOT pg_visible_in_snapshot(c.txid, d.snap))
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._poison p
+                     WHERE p.origin_lsn IS NULL OR p.origin_lsn <= token);
+$fn$;
+-- migration 2
+CREATE TABLE "trellis"._key_deaths (
+  definition_id bigint NOT NULL REFERENCES "trellis"._definitions ON DELETE CASCADE,
+  src_table text NOT NULL, key text NOT NULL,
+  deaths int NOT NULL DEFAULT 0, last_error text, last_sqlstate text,
+  last_failed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (definition_id, src_table, key));
+CREATE INDEX ON "trellis"._key_deaths (src_table, key);
+CREATE INDEX ON "trellis"._poison (src_table, key);
+ALTER TABLE "trellis"._build_tasks ADD COLUMN last_sqlstate text;
+-- migration 3
+ALTER TABLE "trellis"._definition_reads ADD COLUMN bindings jsonb;
+ALTER TABLE "trellis"._captured_tables ADD COLUMN trigger_xmins jsonb, ADD COLUMN relfilenode oid;
+ALTER TABLE "trellis"._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep'));
+-- migration 4
+CREATE TABLE "trellis"._column_failures (
+  definition_id bigint NOT NULL REFERENCES "trellis"._definitions ON DELETE CASCADE,
+  column_name text NOT NULL, src_table text NOT NULL, key text NOT NULL,
+  error text NOT NULL, sqlstate text, failed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (definition_id, column_name, src_table, key));
+CREATE TABLE "trellis"._paused_columns (
+  definition_id bigint NOT NULL REFERENCES "trellis"._definitions ON DELETE CASCADE,
+  column_name text NOT NULL, paused_at timestamptz NOT NULL DEFAULT now(),
+  last_error text, sqlstate text, cascaded_from text[] NOT NULL DEFAULT '{}',
+  PRIMARY KEY (definition_id, column_name));
+-- migration 5
+ALTER TABLE "trellis"._paused_columns ADD COLUMN local boolean NOT NULL DEFAULT true;
+ALTER TABLE "trellis"._paused_columns DROP COLUMN cascaded_from CASCADE;
+CREATE TABLE "trellis"._column_pause_edges (
+  up_definition_id bigint NOT NULL, up_column text NOT NULL,
+  down_definition_id bigint NOT NULL, down_column text NOT NULL,
+  PRIMARY KEY (up_definition_id, up_column, down_definition_id, down_column),
+  FOREIGN KEY (up_definition_id, up_column) REFERENCES "trellis"._paused_columns ON DELETE CASCADE,
+  FOREIGN KEY (down_definition_id, down_column) REFERENCES "trellis"._paused_columns ON DELETE CASCADE);
+CREATE INDEX ON "trellis"._column_pause_edges (down_definition_id, down_column);
+ALTER TABLE "trellis"._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh'));
+-- migration 6
+ALTER TABLE "trellis"._change_log ADD COLUMN keys text[];
+-- migration 7
+CREATE TABLE "trellis"._deferred (
+  definition_id bigint NOT NULL,
+  src_table text NOT NULL, key text NOT NULL, whole boolean NOT NULL DEFAULT false,
+  origin_lsn pg_lsn, hop smallint NOT NULL DEFAULT 0, deferred_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (definition_id, src_table, key));
+CREATE OR REPLACE FUNCTION "trellis"._converged(token pg_lsn) RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH d AS (SELECT snap FROM "trellis"._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+  SELECT NOT EXISTS (SELECT 1 FROM "trellis"._change_log c, d
+                     WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
+                       AND NOT pg_visible_in_snapshot(c.txid, d.snap))
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._poison p
+                     WHERE p.origin_lsn IS NULL OR p.origin_lsn <= token)
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._deferred x
+                     WHERE x.origin_lsn IS NULL OR x.origin_lsn <= token);
+$fn$;
+-- migration 8
+ALTER TABLE "trellis"._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh','groups'));
+-- migration 9
+CREATE TABLE "trellis"._trash (
+  schema_name name PRIMARY KEY, dropped_at timestamptz NOT NULL DEFAULT now(),
+  attempts int NOT NULL DEFAULT 0, last_error text, next_attempt_at timestamptz);
+-- migration 10
+ALTER TABLE "trellis"._change_log DROP CONSTRAINT IF EXISTS _change_log_op_check;
+-- migration 11
+ALTER TABLE "trellis"._workers ADD COLUMN format int NOT NULL DEFAULT 0;
+ALTER TABLE "trellis"._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
+  ADD CONSTRAINT _build_tasks_kind_check CHECK (kind IN ('plan','chunk','sweep','refresh','groups','index'));
+-- migration 12
+SELECT 1;
+-- migration 13
+SELECT 1;
+-- migration 14
+SELECT 1;
+-- migration 15
+SELECT 1;
+-- functions
+CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  -- A caller may only claim a role it could SET ROLE to.
+  IF acting IS NULL OR NOT pg_has_role(session_user, acting, 'MEMBER') THEN
+    RAISE EXCEPTION 'permission denied to act as %', acting USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/MissingPrivilege';
+  END IF;
+END $fn$;
+
+CREATE OR REPLACE FUNCTION "trellis"._instance_worker_role() RETURNS name
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT worker_role FROM "trellis"._instance
+$fn$;
+
+-- The compiled definition whose target is rel, for a caller that may read
+-- that target (it is about to use it as a source). NULL when none.
+CREATE OR REPLACE FUNCTION "trellis"._definition_of(acting regrole, rel oid) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE c jsonb;
+BEGIN
+  PERFORM "trellis"._check_acting(acting);
+  SELECT d.compiled INTO c FROM "trellis"._definitions d WHERE d.target_oid = rel;
+  IF c IS NOT NULL AND NOT has_table_privilege(acting, rel, 'SELECT') THEN
+    RETURN NULL;
+  END IF;
+  RETURN c;
+END $fn$;
+
+CREATE OR REPLACE FUNCTION "trellis"._is_target(rel oid) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT EXISTS (SELECT 1 FROM "trellis"._definitions WHERE target_oid = rel)
+$fn$;
+
+-- A transform by bare target name (unique across the instance): its
+-- schema, table and owner. No row when there is none.
+CREATE OR REPLACE FUNCTION "trellis"._find_transform(bare text, OUT schema_name text, OUT table_name text, OUT owner_name text)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT n.nspname::text, c.relname::text, pg_get_userbyid(d.owner_role)::text
+  FROM "trellis"._definitions d JOIN pg_class c ON c.oid = d.target_oid JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE c.relname = bare
+$fn$;
+
+-- Records a definition whose target and ledger the caller just created.
+CREATE OR REPLACE FUNCTION "trellis"._define(acting regrole, target regclass, ledger regclass, kind text,
+    source_table text, source_oid oid, definition_sql text, compiled jsonb, read_columns jsonb, read_role text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE new_id bigint; worker name; src_owner oid;
+BEGIN
+  PERFORM "trellis"._check_acting(acting);
+  IF NOT pg_has_role(acting, (SELECT relowner FROM pg_class WHERE oid = target), 'USAGE')
+     OR NOT pg_has_role(acting, (SELECT relowner FROM pg_class WHERE oid = ledger), 'USAGE') THEN
+    RAISE EXCEPTION 'must be owner of table %', target USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
+  IF NOT has_table_privilege(acting, source_oid, 'SELECT') THEN
+    RAISE EXCEPTION 'permission denied for table %', source_table USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/MissingPrivilege',
+      HINT = format('GRANT SELECT ON %s TO %I;', source_table, acting::text);
+  END IF;
+  -- Capture triggers are ENABLE ALWAYS, which Postgres allows only to the
+  -- table's owner: the workers' role must be able to act as it (D9).
+  SELECT worker_role INTO worker FROM "trellis"._instance;
+  SELECT relowner INTO src_owner FROM pg_class WHERE oid = source_oid;
+  IF NOT pg_has_role(worker, src_owner, 'USAGE') THEN
+    RAISE EXCEPTION 'the workers'' role % cannot capture changes of %', worker, source_table USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/WorkersCannotCapture',
+      HINT = format('GRANT %I TO %I;', pg_get_userbyid(src_owner), worker);
+  END IF;
+  INSERT INTO "trellis"._definitions (target_table, target_oid, ledger_oid, owner_role, kind,
+      source_table, source_oid, definition_sql, compiled, status)
+  VALUES (format('%I.%I', (SELECT nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE c.oid = target),
+                          (SELECT relname FROM pg_class WHERE oid = target)),
+          target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled, 'waiting_to_backfill')
+  RETURNING id INTO new_id;
+  INSERT INTO "trellis"._definition_reads (definition_id, table_name, table_oid, columns, role)
+  VALUES (new_id, source_table, source_oid, read_columns, read_role);
+  RETURN new_id;
+END $fn$;
+
+-- Deletes a definition for its owner, refusing while another definition
+-- reads its target; returns the compiled definition (NULL when there is no
+-- such transform) so the caller can drop the tables it owns.
+CREATE OR REPLACE FUNCTION "trellis"._drop_definition(acting regrole, tschema text, tname text) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record; readers text;
+BEGIN
+  PERFORM "trellis"._check_acting(acting);
+  PERFORM "trellis"._fence_definition(x.id) FROM "trellis"._definitions x WHERE x.target_table = format('%I.%I', tschema, tname);
+  SELECT id, compiled, target_table, owner_role, status INTO d FROM "trellis"._definitions
+  WHERE target_table = format('%I.%I', tschema, tname) FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  IF NOT pg_has_role(acting, d.owner_role, 'USAGE') THEN
+    RAISE EXCEPTION 'must be owner of transform %', d.target_table USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/NotOwner',
+      HINT = format('run it as %I or a member of that role', pg_get_userbyid(d.owner_role));
+  END IF;
+  -- No live-to-gone step (grammar §4.5): pause first.
+  IF d.status NOT IN ('paused', 'quarantined') THEN
+    RAISE EXCEPTION 'transform % is %, not paused', d.target_table, d.status USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/TransformNotPaused',
+      HINT = format('PAUSE TRANSFORM %s first', d.compiled #>> '{spec,target,name}');
+  END IF;
+  SELECT string_agg(o.target_table, ', ' ORDER BY o.target_table) INTO readers
+  FROM "trellis"._definition_reads r JOIN "trellis"._definitions o ON o.id = r.definition_id
+  WHERE r.table_name = d.target_table AND o.id <> d.id;
+  IF readers IS NOT NULL THEN
+    RAISE EXCEPTION 'cannot drop transform %: % read(s) it', d.target_table, readers USING ERRCODE = '2BP01',
+      DETAIL = 'trellis: conflict/DependentsBlockDrop', HINT = 'drop the readers first';
+  END IF;
+  DELETE FROM "trellis"._definitions WHERE id = d.id;
+  RETURN d.compiled;
+END $fn$;
+
+-- DROP TRANSFORM's catalog half: _drop_definition, then a trash schema of
+-- the target's own (named by its oid, unique in the database while the
+-- table exists), owned by the workers' role, in which the caller may
+-- create: _trash_tables, run as the caller, moves the target and ledger
+-- there, and the staging worker drops the schema after the COMMIT. trash
+-- is NULL when the schema cannot be made (the workers' role may not
+-- create schemas): the caller then drops the tables itself.
+CREATE OR REPLACE FUNCTION "trellis"._drop_transform(acting regrole, tschema text, tname text, OUT compiled jsonb, OUT trash name)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE toid oid;
+BEGIN
+  SELECT target_oid INTO toid FROM "trellis"._definitions WHERE target_table = format('%I.%I', tschema, tname);
+  compiled := "trellis"._drop_definition(acting, tschema, tname);
+  IF compiled IS NULL THEN
+    RETURN;
+  END IF;
+  trash := left((SELECT schema_name FROM "trellis"._instance), 40) || '_trash_' || toid;
+  BEGIN
+    EXECUTE format('CREATE SCHEMA %I', trash);
+    EXECUTE format('GRANT CREATE ON SCHEMA %I TO %s', trash, acting);
+  EXCEPTION WHEN insufficient_privilege OR duplicate_schema THEN
+    trash := NULL;
+    RETURN;
+  END;
+  INSERT INTO "trellis"._trash (schema_name) VALUES (trash);
+END $fn$;
+
+-- DROP TRANSFORM's caller half, run as the caller (it owns the tables):
+-- PostgreSQL's own dependency checks, made by trying DROP TABLE and
+-- undoing it, then the move out of the caller's namespace. Moving files
+-- costs nothing; dropping them costs their size at COMMIT.
+CREATE OR REPLACE FUNCTION "trellis"._trash_tables(trash name, tables text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE rels regclass[];
+BEGIN
+  SELECT array_agg(r) INTO rels FROM unnest(tables) t, to_regclass(t) r WHERE r IS NOT NULL;
+  IF rels IS NULL THEN
+    RETURN;
+  END IF;
+  BEGIN
+    FOR i IN 1 .. cardinality(rels) LOOP
+      EXECUTE format('DROP TABLE %s', rels[i]);
+    END LOOP;
+    RAISE EXCEPTION 'trellis: dependency probe' USING ERRCODE = 'TRL01';
+  EXCEPTION WHEN SQLSTATE 'TRL01' THEN NULL;
+  END;
+  FOR i IN 1 .. cardinality(rels) LOOP
+    EXECUTE format('ALTER TABLE %s SET SCHEMA %I', rels[i], trash);
+  END LOOP;
+END $fn$;
+
+GRANT EXECUTE ON FUNCTION "trellis"._drop_transform(regrole, text, text), "trellis"._trash_tables(name, text[]) TO PUBLIC;
+
+GRANT EXECUTE ON FUNCTION "trellis"._check_acting(regrole), "trellis"._instance_worker_role(),
+  "trellis"._definition_of(regrole, oid), "trellis"._is_target(oid), "trellis"._find_transform(text),
+  "trellis"._define(regrole, regclass, regclass, text, text, oid, text, jsonb, jsonb, text),
+  "trellis"._drop_definition(regrole, text, text) TO PUBLIC;
+
+-- The definition fence (fence.go), exclusive, until the transaction ends:
+-- taken before the definition row's FOR UPDATE by every lifecycle function.
+-- When it is held, the build steps holding this definition's build mark are
+-- cancelled first (they retry after us, uncharged); pages are waited for. A
+-- backend we may not signal (another role's superuser) is waited for too.
+CREATE OR REPLACE FUNCTION "trellis"._fence_definition(def_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE obj int4 := (def_id & 2147483647)::int4; p int;
+BEGIN
+  IF pg_try_advisory_xact_lock(1126140371, obj) THEN
+    RETURN;
+  END IF;
+  FOR p IN SELECT l.pid FROM pg_catalog.pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+        AND l.classid = (-584230500)::int4::oid AND l.objid = obj::oid AND l.pid <> pg_backend_pid() LOOP
+    BEGIN
+      PERFORM pg_cancel_backend(p);
+    EXCEPTION WHEN insufficient_privilege THEN NULL;
+    END;
+  END LOOP;
+  PERFORM pg_advisory_xact_lock(1126140371, obj);
+END $fn$;
+
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_check(acting regrole, def_id bigint) RETURNS record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record;
+BEGIN
+  PERFORM "trellis"._check_acting(acting);
+  PERFORM "trellis"._fence_definition(def_id);
+  SELECT id, status, owner_role, target_table INTO d FROM "trellis"._definitions WHERE id = def_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'transform % does not exist', def_id USING ERRCODE = '42704',
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  IF NOT pg_has_role(acting, d.owner_role, 'USAGE') THEN
+    RAISE EXCEPTION 'must be owner of transform %', d.target_table USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
+  RETURN d;
+END $fn$;
+
+-- The definition row of a transform, locked FOR UPDATE until the caller's
+-- transaction ends, for its owner.
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_lock(acting regrole, tschema text, tname text,
+    OUT id bigint, OUT status text, OUT target_table text, OUT source_table text, OUT definition_sql text, OUT compiled jsonb)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE def_id bigint;
+BEGIN
+  SELECT d.id INTO def_id FROM "trellis"._definitions d WHERE d.target_table = format('%I.%I', tschema, tname);
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  PERFORM "trellis"._lifecycle_check(acting, def_id);
+  RETURN QUERY SELECT d.id, d.status, d.target_table, d.source_table, d.definition_sql, d.compiled
+    FROM "trellis"._definitions d WHERE d.id = def_id;
+END $fn$;
+
+-- PAUSE: freeze an applying definition and drop its build work.
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_pause(acting regrole, def_id bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record;
+BEGIN
+  SELECT * INTO d FROM "trellis"._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  IF d.status IN ('paused', 'quarantined') THEN
+    RETURN d.status;
+  END IF;
+  UPDATE "trellis"._definitions SET status = 'paused', version = version + 1,
+    build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+    status_detail = nullif(coalesce(status_detail, '{}') - 'rebuild_reason', '{}')
+  WHERE id = def_id;
+  -- Skip tasks a chunk holds: it waits on the definition row we lock (a
+  -- deadlock otherwise); they belong to a superseded build and are never run.
+  DELETE FROM "trellis"._build_tasks WHERE id IN (SELECT id FROM "trellis"._build_tasks WHERE definition_id = def_id FOR UPDATE SKIP LOCKED);
+  RETURN 'paused';
+END $fn$;
+
+-- RESUME (after the caller re-validated): back to waiting_to_backfill for a
+-- rebuild, failure and build state cleared, columns re-bound at the next
+-- staging pass, held keys released. Returns the number released.
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_resume(acting regrole, def_id bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record; released bigint;
+BEGIN
+  SELECT * INTO d FROM "trellis"._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  IF d.status NOT IN ('paused', 'quarantined') THEN
+    RAISE EXCEPTION 'transform % is %, not paused', d.target_table, d.status USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/TransformNotPaused';
+  END IF;
+  UPDATE "trellis"._definitions SET status = 'waiting_to_backfill', version = version + 1,
+    build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+    status_detail = coalesce(status_detail, '{}') - 'capture_failure' - 'halt' || jsonb_build_object('rebuild_reason', 'resume')
+  WHERE id = def_id;
+  -- Skip tasks a chunk holds: it waits on the definition row we lock (a
+  -- deadlock otherwise); they belong to a superseded build and are never run.
+  DELETE FROM "trellis"._build_tasks WHERE id IN (SELECT id FROM "trellis"._build_tasks WHERE definition_id = def_id FOR UPDATE SKIP LOCKED);
+  UPDATE "trellis"._definition_reads SET bindings = NULL WHERE definition_id = def_id;
+  WITH p AS (DELETE FROM "trellis"._poison WHERE definition_id = def_id RETURNING 1) SELECT count(*) INTO released FROM p;
+  DELETE FROM "trellis"._key_deaths WHERE definition_id = def_id;
+  RETURN released;
+END $fn$;
+
+-- request_backfill (surface §7.1; rel resolved through the caller's search_path): every applying transform reading the
+-- table (or only only_target) goes back to waiting_to_backfill; the staging
+-- worker rebuilds it (every source key re-derived, ledger keys swept) while
+-- its target stays readable. Takes effect at the caller's COMMIT.
+CREATE OR REPLACE FUNCTION "trellis"._request_backfill(acting regrole, rel oid, source_table text, only_target text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE canon text; d record; fid bigint; out text[] := '{}';
+BEGIN
+  PERFORM "trellis"._check_acting(acting);
+  IF rel IS NULL THEN
+    RAISE EXCEPTION 'relation "%" does not exist', source_table USING ERRCODE = '42P01',
+      DETAIL = 'trellis: not_found/SourceTableNotFound';
+  END IF;
+  SELECT format('%I.%I', n.nspname, c.relname) INTO canon FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
+  IF only_target IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "trellis"._definitions x JOIN "trellis"._definition_reads r ON r.definition_id = x.id
+      WHERE r.table_oid = rel AND x.compiled #>> '{spec,target,name}' = only_target) THEN
+    RAISE EXCEPTION 'transform % does not read %', only_target, canon USING ERRCODE = '42704',
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  -- Fences first, in id order, so no page overtakes the row locks below;
+  -- whatever the status: one waiting_to_backfill now may be building by the
+  -- time the loop below reads it.
+  FOR fid IN SELECT x.id FROM "trellis"._definitions x
+             WHERE (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
+               AND EXISTS (SELECT 1 FROM "trellis"._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)
+             ORDER BY x.id
+  LOOP
+    PERFORM "trellis"._fence_definition(fid);
+  END LOOP;
+  FOR d IN SELECT x.id, x.owner_role, x.target_table, x.compiled #>> '{spec,target,name}' AS bare
+           FROM "trellis"._definitions x
+           WHERE x.status IN ('backfilling', 'live') AND (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
+             AND EXISTS (SELECT 1 FROM "trellis"._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)
+           ORDER BY x.id FOR UPDATE OF x
+  LOOP
+    IF NOT pg_has_role(acting, d.owner_role, 'USAGE') THEN
+      RAISE EXCEPTION 'must be owner of transform %', d.target_table USING ERRCODE = '42501',
+        DETAIL = 'trellis: permission/NotOwner';
+    END IF;
+    UPDATE "trellis"._definitions SET status = 'waiting_to_backfill', version = version + 1,
+      build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+      status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', 'request_backfill')
+    WHERE id = d.id;
+    DELETE FROM "trellis"._build_tasks WHERE id IN (SELECT id FROM "trellis"._build_tasks WHERE definition_id = d.id FOR UPDATE SKIP LOCKED);
+    out := out || d.bare;
+  END LOOP;
+  IF cardinality(out) = 0 THEN
+    RAISE EXCEPTION 'no transform reads %', canon USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/NoApplyingReader',
+      HINT = 'only live or building transforms are rebuilt; RESUME TRANSFORM rebuilds a paused one';
+  END IF;
+  RETURN out;
+END $fn$;
+
+-- The surface's trellis.request_backfill(source_table, only_target) (package
+-- virtualtables) resolves the table as the caller spells it and calls this.
+
+REVOKE ALL ON FUNCTION "trellis"._lifecycle_check(regrole, bigint), "trellis"._fence_definition(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "trellis"._request_backfill(regrole, oid, text, text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION "trellis"._lifecycle_lock(regrole, text, text), "trellis"._lifecycle_pause(regrole, bigint),
+  "trellis"._lifecycle_resume(regrole, bigint) TO PUBLIC;
+
+DROP FUNCTION IF EXISTS "trellis"._resume_column(regrole, bigint, text);
+
+-- Who reads columns of a definition's target: per downstream definition,
+-- each field whose formula reads one of cols (via_key false) and each
+-- GROUP BY key that reads one (field = the key's name, via_key true).
+-- cols NULL means every column.
+CREATE OR REPLACE FUNCTION "trellis"._column_readers(def_id bigint, cols text[])
+RETURNS TABLE (reader_id bigint, reader text, field text, col text, via_key boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT o.id, o.compiled #>> '{spec,target,name}', x.name, x.col, x.via_key
+  FROM "trellis"._definitions d
+  JOIN "trellis"._definition_reads r ON r.table_name = d.target_table AND r.definition_id <> d.id
+  JOIN "trellis"._definitions o ON o.id = r.definition_id
+  CROSS JOIN LATERAL (
+    SELECT f ->> 'name' AS name, c AS col, false AS via_key, fs.ord
+    FROM jsonb_array_elements(o.compiled #> '{spec,fields}') WITH ORDINALITY AS fs(f, ord),
+         jsonb_array_elements_text(coalesce(f -> 'reads', '[]')) AS c
+    UNION ALL
+    SELECT g ->> 'name', c, true, gs.ord
+    FROM jsonb_array_elements(coalesce(o.compiled #> '{spec,group_by}', '[]')) WITH ORDINALITY AS gs(g, ord),
+         jsonb_array_elements_text(coalesce(g -> 'reads', '[]')) AS c) x
+  WHERE d.id = def_id AND (cols IS NULL OR x.col = ANY (cols))
+  ORDER BY 2, x.via_key DESC, x.ord, 4
+$fn$;
+
+-- Pauses, by cascade, every field reading the paused field col of def_id,
+-- recording the edges; recurses into fields paused afresh. Returns the
+-- transform.field addresses it paused.
+CREATE OR REPLACE FUNCTION "trellis"._pause_cascade(def_id bigint, col text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE r record; fresh boolean; out text[] := '{}';
+BEGIN
+  FOR r IN SELECT DISTINCT x.reader_id, x.reader, f ->> 'name' AS field
+           FROM "trellis"._column_readers(def_id, ARRAY[col]) x
+           JOIN "trellis"._definitions o ON o.id = x.reader_id
+           CROSS JOIN LATERAL jsonb_array_elements(o.compiled #> '{spec,fields}') f
+           WHERE f ->> 'name' = x.field OR x.via_key
+           ORDER BY 2, 3
+  LOOP
+    -- Before any lock of it: the reader's pages and tasks in flight, which
+    -- read the pause set before this pause, end first, so none writes the
+    -- field after the pause commits (a whole-transform pause does the same).
+    PERFORM "trellis"._fence_definition(r.reader_id);
+    INSERT INTO "trellis"._paused_columns (definition_id, column_name, local) VALUES (r.reader_id, r.field, false)
+      ON CONFLICT (definition_id, column_name) DO NOTHING;
+    fresh := FOUND;
+    INSERT INTO "trellis"._column_pause_edges (up_definition_id, up_column, down_definition_id, down_column)
+      VALUES (def_id, col, r.reader_id, r.field) ON CONFLICT DO NOTHING;
+    IF fresh THEN
+      out := out || (quote_ident(r.reader) || '.' || quote_ident(r.field)) || "trellis"._pause_cascade(r.reader_id, r.field);
+    END IF;
+  END LOOP;
+  RETURN out;
+END $fn$;
+
+-- Schedules a field build: the definition is rebuilt (waiting_to_backfill,
+-- then backfilling until done); an aggregate one also refreshes col.
+CREATE OR REPLACE FUNCTION "trellis"._field_build(def_id bigint, col text) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  UPDATE "trellis"._definitions SET status = 'waiting_to_backfill', version = version + 1,
+    build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+    status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', 'field_build')
+      || CASE WHEN kind = 'aggregate' AND col IS NOT NULL THEN jsonb_build_object('refresh_columns',
+           coalesce(status_detail -> 'refresh_columns', '[]') - col || to_jsonb(col)) ELSE '{}' END
+  WHERE id = def_id AND status IN ('waiting_to_backfill', 'backfilling', 'live');
+  IF FOUND THEN
+    -- Skip tasks a chunk holds: it waits on the definition row we lock;
+    -- they belong to a superseded build and are never run.
+    DELETE FROM "trellis"._build_tasks WHERE id IN (SELECT id FROM "trellis"._build_tasks WHERE definition_id = def_id FOR UPDATE SKIP LOCKED);
+  END IF;
+END $fn$;
+
+-- Unpauses field col of def_id (which has no paused upstream), schedules
+-- its field build, and releases downstream fields left with no local pause
+-- and no other paused upstream whose definitions are not frozen. Returns
+-- the released downstream addresses.
+CREATE OR REPLACE FUNCTION "trellis"._release_column(def_id bigint, col text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE downs bigint[]; dcols text[]; i int; dlocal boolean; dstat text; dname text; out text[] := '{}';
+BEGIN
+  SELECT coalesce(array_agg(e.down_definition_id ORDER BY e.down_definition_id, e.down_column), '{}'),
+         coalesce(array_agg(e.down_column ORDER BY e.down_definition_id, e.down_column), '{}')
+    INTO downs, dcols
+  FROM "trellis"._column_pause_edges e WHERE e.up_definition_id = def_id AND e.up_column = col;
+  -- Its edges go with the row (foreign keys).
+  DELETE FROM "trellis"._paused_columns WHERE definition_id = def_id AND column_name = col;
+  DELETE FROM "trellis"._column_failures WHERE definition_id = def_id AND column_name = col;
+  PERFORM "trellis"._field_build(def_id, col);
+  FOR i IN 1 .. coalesce(cardinality(downs), 0) LOOP
+    PERFORM "trellis"._fence_definition(downs[i]); -- before any lock of it, as everywhere
+    SELECT pc.local INTO dlocal FROM "trellis"._paused_columns pc
+    WHERE pc.definition_id = downs[i] AND pc.column_name = dcols[i] FOR UPDATE;
+    CONTINUE WHEN NOT FOUND OR dlocal;
+    CONTINUE WHEN EXISTS (SELECT 1 FROM "trellis"._column_pause_edges e
+                          WHERE e.down_definition_id = downs[i] AND e.down_column = dcols[i]);
+    SELECT d.status, d.compiled #>> '{spec,target,name}' INTO dstat, dname FROM "trellis"._definitions d WHERE d.id = downs[i] FOR UPDATE;
+    CONTINUE WHEN dstat IN ('paused', 'quarantined');
+    out := out || (quote_ident(dname) || '.' || quote_ident(dcols[i])) || "trellis"._release_column(downs[i], dcols[i]);
+  END LOOP;
+  RETURN out;
+END $fn$;
+
+-- The paused fields of a transform, for its owner: local or not, and the
+-- upstream fields (transform.field) holding each.
+CREATE OR REPLACE FUNCTION "trellis"._paused_fields(acting regrole, def_id bigint)
+RETURNS TABLE (column_name text, local boolean, upstream text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM "trellis"._lifecycle_check(acting, def_id);
+  RETURN QUERY SELECT pc.column_name, pc.local,
+      ARRAY(SELECT quote_ident(u.compiled #>> '{spec,target,name}') || '.' || quote_ident(e.up_column)
+            FROM "trellis"._column_pause_edges e JOIN "trellis"._definitions u ON u.id = e.up_definition_id
+            WHERE e.down_definition_id = pc.definition_id AND e.down_column = pc.column_name ORDER BY 1)
+    FROM "trellis"._paused_columns pc WHERE pc.definition_id = def_id ORDER BY 1;
+END $fn$;
+
+-- PAUSE TRANSFORM t.c: was is 'local' (already paused: nothing changes),
+-- 'cascade' (paused only by an upstream pause, now local too) or 'none'
+-- (paused now, with the cascade it caused).
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_pause_column(acting regrole, def_id bigint, col text,
+    OUT was text, OUT cascaded text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record; loc boolean;
+BEGIN
+  SELECT * INTO d FROM "trellis"._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  IF NOT EXISTS (SELECT 1 FROM "trellis"._definitions x, jsonb_array_elements(x.compiled #> '{spec,fields}') f
+                 WHERE x.id = def_id AND f ->> 'name' = col) THEN
+    RAISE EXCEPTION 'column % of transform % is not a field', col, d.target_table USING ERRCODE = '42703',
+      DETAIL = 'trellis: not_found/ColumnNotFound';
+  END IF;
+  cascaded := '{}';
+  SELECT pc.local INTO loc FROM "trellis"._paused_columns pc WHERE pc.definition_id = def_id AND pc.column_name = col FOR UPDATE;
+  IF FOUND THEN
+    was := CASE WHEN loc THEN 'local' ELSE 'cascade' END;
+    UPDATE "trellis"._paused_columns SET local = true WHERE definition_id = def_id AND column_name = col AND NOT local;
+    RETURN;
+  END IF;
+  was := 'none';
+  INSERT INTO "trellis"._paused_columns (definition_id, column_name, local) VALUES (def_id, col, true);
+  UPDATE "trellis"._definitions SET version = version + 1 WHERE id = def_id;
+  cascaded := "trellis"._pause_cascade(def_id, col);
+END $fn$;
+
+-- RESUME TRANSFORM t.c: returns every transform.field resumed, the named
+-- one first.
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_resume_column(acting regrole, def_id bigint, col text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record; up text;
+BEGIN
+  SELECT * INTO d FROM "trellis"._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  PERFORM 1 FROM "trellis"._paused_columns WHERE definition_id = def_id AND column_name = col FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'column % of % is not paused', col, d.target_table USING ERRCODE = '55000',
+      DETAIL = 'trellis: not_found/ColumnNotPaused';
+  END IF;
+  IF d.status <> 'live' THEN
+    RAISE EXCEPTION 'transform % is %, not live', d.target_table, d.status USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/DefinitionNotLive';
+  END IF;
+  SELECT string_agg(quote_ident(u.compiled #>> '{spec,target,name}') || '.' || quote_ident(e.up_column), ', ' ORDER BY 1) INTO up
+  FROM "trellis"._column_pause_edges e JOIN "trellis"._definitions u ON u.id = e.up_definition_id
+  WHERE e.down_definition_id = def_id AND e.down_column = col;
+  IF up IS NOT NULL THEN
+    RAISE EXCEPTION 'column % of % is held by paused %', col, d.target_table, up USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/UpstreamColumnPaused';
+  END IF;
+  RETURN ARRAY[(SELECT quote_ident(x.compiled #>> '{spec,target,name}') FROM "trellis"._definitions x WHERE x.id = def_id) || '.' || quote_ident(col)]
+    || "trellis"._release_column(def_id, col);
+END $fn$;
+
+-- A new definition reading fields paused upstream is born with the
+-- dependent fields paused (grammar §4.1).
+CREATE OR REPLACE FUNCTION "trellis"._pause_inherit(acting regrole, def_id bigint) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE p record; out text[] := '{}';
+BEGIN
+  PERFORM "trellis"._lifecycle_check(acting, def_id);
+  FOR p IN SELECT pc.definition_id, pc.column_name
+           FROM "trellis"._definition_reads r JOIN "trellis"._definitions u ON u.target_table = r.table_name
+           JOIN "trellis"._paused_columns pc ON pc.definition_id = u.id
+           WHERE r.definition_id = def_id ORDER BY 1, 2
+  LOOP
+    out := out || "trellis"._pause_cascade(p.definition_id, p.column_name);
+  END LOOP;
+  RETURN out;
+END $fn$;
+
+REVOKE ALL ON FUNCTION "trellis"._column_readers(bigint, text[]), "trellis"._pause_cascade(bigint, text),
+  "trellis"._field_build(bigint, text), "trellis"._release_column(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION "trellis"._paused_fields(regrole, bigint), "trellis"._lifecycle_pause_column(regrole, bigint, text),
+  "trellis"._lifecycle_resume_column(regrole, bigint, text), "trellis"._pause_inherit(regrole, bigint) TO PUBLIC;
+
+-- Lines "reader.field reads t.col" for every field or GROUP BY key of
+-- another definition reading one of cols of def_id's target (all columns
+-- when cols is NULL), for the target's owner.
+CREATE OR REPLACE FUNCTION "trellis"._field_readers(acting regrole, def_id bigint, cols text[]) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE bare text;
+BEGIN
+  PERFORM "trellis"._lifecycle_check(acting, def_id);
+  SELECT compiled #>> '{spec,target,name}' INTO bare FROM "trellis"._definitions WHERE id = def_id;
+  RETURN ARRAY(SELECT format('%s.%s reads %s.%s', x.reader, x.field, bare, x.col)
+               FROM "trellis"._column_readers(def_id, cols) x)
+      -- readers of no column (constant fields over the key) when all count
+      || ARRAY(SELECT format('%s reads %s', o.compiled #>> '{spec,target,name}', bare)
+               FROM "trellis"._definitions d JOIN "trellis"._definition_reads r ON r.table_name = d.target_table AND r.definition_id <> d.id
+               JOIN "trellis"._definitions o ON o.id = r.definition_id
+               WHERE d.id = def_id AND cols IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM "trellis"._column_readers(def_id, NULL) x WHERE x.reader_id = o.id)
+               ORDER BY 1);
+END $fn$;
+
+-- Stores an altered definition: statement and compiled form, version + 1,
+-- the columns it reads (bound now, as the caller sees the catalog), and a
+-- rebuild when fields were added or changed. A dropped field's pause and
+-- failure bookkeeping goes with it. statement NULL is a no-op that returns
+-- the current version.
+CREATE OR REPLACE FUNCTION "trellis"._lifecycle_alter(acting regrole, def_id bigint, statement text, new_compiled jsonb,
+    read_columns jsonb, dropped text[], rebuilt text[]) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE d record; v bigint; blockers text;
+BEGIN
+  SELECT * INTO d FROM "trellis"._lifecycle_check(acting, def_id) AS x(id bigint, status text, owner_role oid, target_table text);
+  IF d.status IN ('paused', 'quarantined') THEN
+    RAISE EXCEPTION 'transform % is %', d.target_table, d.status USING ERRCODE = '55000',
+      DETAIL = 'trellis: conflict/TransformNotLive';
+  END IF;
+  IF statement IS NULL THEN
+    RETURN (SELECT version FROM "trellis"._definitions WHERE id = def_id);
+  END IF;
+  IF (SELECT kind FROM "trellis"._definitions WHERE id = def_id) <> 'one_to_one' THEN
+    RAISE EXCEPTION 'transform % has GROUP BY; only 1-1 transforms can be altered', d.target_table USING ERRCODE = '0A000',
+      DETAIL = 'trellis: validation/UnsupportedAlter';
+  END IF;
+  SELECT string_agg(format('%s.%s reads %s', x.reader, x.field, x.col), '; ') INTO blockers
+  FROM "trellis"._column_readers(def_id, dropped) x;
+  IF blockers IS NOT NULL THEN
+    RAISE EXCEPTION 'cannot drop fields of %: %', d.target_table, blockers USING ERRCODE = '2BP01',
+      DETAIL = 'trellis: conflict/DependentsBlockDrop';
+  END IF;
+  UPDATE "trellis"._definitions SET definition_sql = statement, compiled = new_compiled, version = version + 1,
+    status = CASE WHEN cardinality(rebuilt) > 0 THEN 'waiting_to_backfill' ELSE status END,
+    build_started_at = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_started_at END,
+    build_rows_done = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_rows_done END,
+    build_rows_estimated = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_rows_estimated END,
+    status_detail = CASE WHEN cardinality(rebuilt) > 0
+      THEN coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', 'alter') ELSE status_detail END
+  WHERE id = def_id RETURNING version INTO v;
+  IF cardinality(rebuilt) > 0 THEN
+    -- Skip tasks a chunk holds: it waits on the definition row we lock;
+    -- they belong to a superseded build and are never run.
+    DELETE FROM "trellis"._build_tasks WHERE id IN (SELECT id FROM "trellis"._build_tasks WHERE definition_id = def_id FOR UPDATE SKIP LOCKED);
+  END IF;
+  UPDATE "trellis"._definition_reads r SET columns = read_columns, bindings = (
+    SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.name, 'attnum', a.attnum, 'typid', a.atttypid,
+             'typmod', a.atttypmod, 'coll', a.attcollation, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY c.name), '[]')
+    FROM (SELECT DISTINCT x AS name FROM jsonb_array_elements_text(read_columns ||
+            coalesce((SELECT jsonb_agg(k -> 'name') FROM jsonb_array_elements(new_compiled -> 'key') k), '[]')) x) c
+    LEFT JOIN pg_attribute a ON a.attrelid = r.table_oid AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)
+  WHERE r.definition_id = def_id AND r.role IN ('source', 'upstream_target');
+  DELETE FROM "trellis"._paused_columns WHERE definition_id = def_id AND column_name = ANY (dropped);
+  DELETE FROM "trellis"._column_failures WHERE definition_id = def_id AND column_name = ANY (dropped);
+  -- Failures and inherited pauses of a changed field were about its old
+  -- formula; a local pause survives. Pauses upstream are inherited anew.
+  DELETE FROM "trellis"._column_failures f WHERE f.definition_id = def_id AND f.column_name = ANY (rebuilt)
+    AND NOT EXISTS (SELECT 1 FROM "trellis"._paused_columns pc WHERE pc.definition_id = def_id AND pc.column_name = f.column_name);
+  DELETE FROM "trellis"._column_pause_edges WHERE down_definition_id = def_id AND down_column = ANY (rebuilt);
+  DELETE FROM "trellis"._paused_columns WHERE definition_id = def_id AND column_name = ANY (rebuilt) AND NOT local;
+  PERFORM "trellis"._pause_inherit(acting, def_id);
+  RETURN v;
+END $fn$;
+
+GRANT EXECUTE ON FUNCTION "trellis"._field_readers(regrole, bigint, text[]),
+  "trellis"._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[]) TO PUBLIC;
