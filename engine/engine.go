@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -367,28 +366,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// transient reports errors after which a page or chunk is retried without
-// charging anyone (§12.12).
-func transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case pgerr.SerializationFailure, pgerr.DeadlockDetected, pgerr.LockNotAvailable, pgerr.QueryCanceled,
-			pgerr.AdminShutdown, "57P02", "57P03", "08000", "08003", "08006", "25P03":
-			return true
-		}
-		return false
-	}
-	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-		return true
-	}
-	// Lost connections surface as non-PgError errors.
-	return true
 }
 
 // ApplyText parses one Trellis statement (TRANSFORM, PAUSE, RESUME, DROP,
