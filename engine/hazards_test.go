@@ -174,7 +174,9 @@ func TestKilledWorkersMidPage(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for count(t, pool, `SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'trellis-worker%' AND state = 'idle in transaction'`) == 0 {
 		if time.Now().After(deadline) {
-			break
+			// Without a page held at its commit the kill below tests nothing.
+			close(hold)
+			t.Fatal("no page of e1 reached its commit within 30 s")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

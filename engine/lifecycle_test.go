@@ -246,12 +246,8 @@ func TestRenamedReadColumnPausesOnlyItsReaders(t *testing.T) {
 	}
 	assertSameExplained(t, pool, `SELECT id, c2, b FROM s_c`, `SELECT id, c, b FROM s`, "s_c", "s")
 	assertSame(t, pool, `SELECT id, v2 FROM other_v`, `SELECT id, v * 2 FROM other`)
-	// The status view's problem column reads the failure.
-	var problem string
-	if err := pool.QueryRow(context.Background(), `SELECT problem FROM trellis.status WHERE target = 's_a'`).Scan(&problem); err == nil &&
-		!strings.Contains(problem, "renamed") {
-		t.Fatalf("problem = %q", problem)
-	}
+	// The status view's problem column is checked in virtualtables
+	// (TestStatusProblemNamesARename): engine tests have no surface.
 
 	// RESUME re-validates: refused while the column is missing, naming it.
 	_, err := applyText(t, e, `RESUME TRANSFORM s_a`)

@@ -140,3 +140,22 @@ func TestQuarantineDrainFailureInStatus(t *testing.T) {
 			sameRows(t, pool, `SELECT id, total FROM totals`, `SELECT id, price + tax FROM orders`)
 	})
 }
+
+// A renamed source column pauses the transform; trellis.status says so in
+// problem and capture_failure.
+func TestStatusProblemNamesARename(t *testing.T) {
+	_, pool := testDB(t)
+	exec(t, pool, `CREATE TABLE orders (id bigint PRIMARY KEY, price numeric, tax numeric)`)
+	exec(t, pool, `INSERT INTO orders SELECT g, g, 1 FROM generate_series(1, 50) g`)
+	e, run := newEngine(t, pool, fastConfig("trellis"))
+	define(t, e, pool, totalsSpec("totals", "orders"))
+	run()
+	waitStatus(t, pool, "trellis", "totals", "live")
+	exec(t, pool, `ALTER TABLE orders RENAME COLUMN price TO list_price`)
+	exec(t, pool, `UPDATE orders SET tax = 2 WHERE id = 1`)
+	waitStatus(t, pool, "trellis", "totals", "paused")
+	r := queryStrings(t, pool, `SELECT coalesce(problem, '') || ' | ' || coalesce(capture_failure ->> 'column', '') FROM trellis.status WHERE target = 'totals'`)
+	if !strings.Contains(r[0], "renamed to list_price") || !strings.HasSuffix(r[0], "| price") {
+		t.Fatalf("status after a rename: %q", r[0])
+	}
+}
