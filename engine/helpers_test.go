@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,22 +17,11 @@ import (
 
 func TestMain(m *testing.M) { pgcluster.RunMain(m) }
 
-var dbSeq atomic.Int64
-
 // testDB creates a fresh database and returns a pool on it.
 func testDB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	c := pgcluster.ForTest(t)
-	name := fmt.Sprintf("eng_%d_%d", time.Now().UnixNano()%1e9, dbSeq.Add(1))
-	admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	admin.Close(context.Background())
-	cfg, err := pgxpool.ParseConfig(c.URL(name))
+	cfg, err := pgxpool.ParseConfig(c.URL(c.FreshDB(t, "eng")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +30,7 @@ func testDB(t testing.TB) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		pool.Close()
-		admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
-		if err == nil {
-			admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			admin.Close(context.Background())
-		}
-	})
+	t.Cleanup(pool.Close)
 	return pool
 }
 

@@ -26,16 +26,7 @@ import (
 // obsDB creates a fresh database for one observability test.
 func obsDB(t *testing.T) string {
 	t.Helper()
-	db := fmt.Sprintf("obs_%d_%d", time.Now().UnixNano()%1e6, trellisDBSeq.Add(1))
-	admin := direct(t)
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+db); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c := connectURL(t, pgcluster.ForTest(t).URL("postgres"))
-		c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-	})
-	return db
+	return pgcluster.ForTest(t).FreshDB(t, "obs")
 }
 
 // startObs runs a proxy with the engine and the HTTP listener on db, with

@@ -6,7 +6,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -30,10 +29,7 @@ type served struct {
 func startServed(t *testing.T, mod func(*proxy.Config)) *served {
 	t.Helper()
 	c := pgcluster.ForTest(t)
-	db := fmt.Sprintf("served_%d_%d", time.Now().UnixNano()%1e6, trellisDBSeq.Add(1))
-	admin := direct(t)
-	mustExec(t, admin, "CREATE DATABASE "+db)
-	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	db := c.FreshDB(t, "served")
 	h := start(t, func(cfg *proxy.Config, opts *proxy.Options) {
 		cfg.Upstream = c.URL(db)
 		cfg.ProcessID = "proxy-under-test"

@@ -35,11 +35,7 @@ type trellisHarness struct {
 func startTrellis(t *testing.T) *trellisHarness {
 	t.Helper()
 	c := pgcluster.ForTest(t)
-	db := fmt.Sprintf("trellis_%d_%d", time.Now().UnixNano()%1e6, trellisDBSeq.Add(1))
-	admin := direct(t)
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+db); err != nil {
-		t.Fatal(err)
-	}
+	db := c.FreshDB(t, "trellis")
 	pool, err := pgxpool.New(context.Background(), c.URL(db))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +68,6 @@ func startTrellis(t *testing.T) *trellisHarness {
 		<-done
 		e.Close()
 		pool.Close()
-		admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
 	})
 	return &trellisHarness{harness: h, db: db, pool: pool, engine: e}
 }
@@ -391,10 +386,7 @@ func TestStatusAndDumpThroughProxy(t *testing.T) {
 // workers and catalog on the upstream's database.
 func TestServeRunsTheEngine(t *testing.T) {
 	c := pgcluster.ForTest(t)
-	db := fmt.Sprintf("serve_%d_%d", time.Now().UnixNano()%1e6, trellisDBSeq.Add(1))
-	admin := direct(t)
-	mustExec(t, admin, "CREATE DATABASE "+db)
-	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	db := c.FreshDB(t, "serve")
 	h := start(t, func(cfg *proxy.Config, opts *proxy.Options) {
 		cfg.Upstream = c.URL(db)
 		opts.RelayOnly = false

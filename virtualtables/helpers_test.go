@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,32 +18,11 @@ import (
 
 func TestMain(m *testing.M) { pgcluster.RunMain(m) }
 
-var dbSeq atomic.Int64
-
 // testDB creates a fresh database and returns its name and a superuser pool.
 func testDB(t testing.TB) (string, *pgxpool.Pool) {
 	t.Helper()
-	c := pgcluster.ForTest(t)
-	name := fmt.Sprintf("vt_%d_%d", time.Now().UnixNano()%1e9, dbSeq.Add(1))
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	admin.Close(ctx)
-	pool := openPool(t, name, "")
-	t.Cleanup(func() {
-		pool.Close()
-		admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
-		if err == nil {
-			admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			admin.Close(context.Background())
-		}
-	})
-	return name, pool
+	name := pgcluster.ForTest(t).FreshDB(t, "vt")
+	return name, openPool(t, name, "")
 }
 
 // openPool opens a pool on database as user ("" = the superuser); the test

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // One cluster per test binary: starting Postgres costs about a second, so the
@@ -51,4 +54,32 @@ func RunMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+var freshSeq atomic.Int64
+
+// FreshDB creates a database of its own for one test, named prefix plus a
+// unique suffix, and drops it (WITH FORCE, so sessions a failed test left
+// behind do not keep it) when the test ends. It returns the name.
+func (c *Cluster) FreshDB(tb testing.TB, prefix string) string {
+	tb.Helper()
+	name := fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, freshSeq.Add(1))
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		tb.Fatalf("connecting to create a test database: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		tb.Fatalf("creating test database %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
+		if err != nil {
+			return
+		}
+		defer admin.Close(context.Background())
+		admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return name
 }
