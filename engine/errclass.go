@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// errClass says what a worker does after a page, chunk or staging step
+// failed (§12.12).
+type errClass int
+
+const (
+	// errRetry: the database or the connection said "not now" (a lock, a
+	// serialization failure, a cancel, a restart, a lost connection): the
+	// step is rolled back and retried without charging anyone.
+	errRetry errClass = iota
+	// errData: PostgreSQL refused the work itself (a data error, a missing
+	// object, a permission): charged to the key, task or bucket, which is
+	// how failures reach quarantine, fuses and drain_failure.
+	errData
+	// errInternal: an error of ours, not of PostgreSQL's (a decode or scan
+	// error, a bad catalog row): charged like errData, so it surfaces in
+	// status and logs instead of being retried forever at debug level.
+	errInternal
+)
+
+func (c errClass) String() string {
+	return [...]string{"retry", "data", "internal"}[c]
+}
+
+// retryCodes are the SQLSTATEs of errRetry.
+var retryCodes = map[string]bool{
+	pgerr.SerializationFailure: true, pgerr.DeadlockDetected: true, pgerr.LockNotAvailable: true,
+	pgerr.QueryCanceled: true, pgerr.AdminShutdown: true,
+	"57P02": true,                               // crash_shutdown
+	"57P03": true,                               // cannot_connect_now
+	"08000": true, "08003": true, "08006": true, // connection exceptions
+	"25P03": true, // idle_in_transaction_session_timeout
+	"53300": true, // too_many_connections
+}
+
+// classify sorts a worker step's error.
+func classify(err error) errClass {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		if retryCodes[pe.Code] {
+			return errRetry
+		}
+		return errData
+	}
+	if lostConnection(err) {
+		return errRetry
+	}
+	return errInternal
+}
+
+// lostConnection reports the errors pgx returns when the connection (or the
+// pool, at shutdown) went away rather than the server answering.
+func lostConnection(err error) bool {
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNREFUSED),
+		errors.As(err, &ne), errors.As(err, &ce),
+		pgconn.SafeToRetry(err), pgconn.Timeout(err):
+		return true
+	}
+	// pgconn reports a use of a connection it already closed, and the pool
+	// an acquire after Close (shutdown), with errors it does not export.
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
+}
+
+// transient reports errors after which a step is retried without charging
+// anyone (errRetry).
+func transient(err error) bool {
+	return err != nil && classify(err) == errRetry
+}
