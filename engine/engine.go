@@ -1,10 +1,3 @@
-// Package engine keeps Trellis target tables exactly equal to their
-// definitions as source tables change (engine spec §12, architecture D7).
-//
-// All state lives in the instance's catalog schema. Define runs in the
-// client's own transaction (D6); Run starts the in-process workers: the
-// instance's staging singleton (capture installs, sealing, builds, log
-// retirement) and N drain workers (pages of sealed batches, build chunks).
 package engine
 
 import (

@@ -1,0 +1,39 @@
+// Package engine keeps Trellis target tables exactly equal to their
+// definitions as source tables change. docs/engine.md is the reference: the
+// catalog, each mechanism, the correctness hazards (H1-H13) and what each
+// test covers.
+//
+// All state lives in the instance's catalog schema. Define runs in the
+// client's own transaction; Run starts the in-process workers: the
+// instance's staging singleton (capture installs, sealing, builds, log
+// retirement) and N drain workers (pages of sealed batches, build tasks).
+//
+// How a committed write reaches a target:
+//
+//	application write (INSERT / UPDATE / DELETE / TRUNCATE on a source)
+//	  │ capture trigger: one AFTER ... FOR EACH STATEMENT trigger per event,
+//	  │ transition tables, one log row per statement with its changed keys
+//	  ▼
+//	_change_log (txid, src_table, keys, op, origin_lsn, hop)
+//	  │ staging seal, READ COMMITTED: take the seal lock, then in the next
+//	  │ statement store the snapshot S_k; batch k = the rows visible in S_k
+//	  │ and not in S_k-1 (visibility, not change_id order: H1)
+//	  ▼
+//	_batches (snapshot, done mask) + _batch_buckets (state, cursor, holdup)
+//	  │ drain pages: oldest undrained batch only; one page = one READ
+//	  │ COMMITTED transaction over keys in (src_table, key) COLLATE "C" order
+//	  ▼
+//	re-derive under the ledger lock: lock each key's <target>__ledger
+//	  │ entry, then read the source in the next statement (H2) and write
+//	  │ the difference (1-1: upsert/delete; aggregates: ledger diffs)
+//	  ▼
+//	target, with the bucket's cursor and the batch's done bit in the same
+//	commit (the last bucket flips the batch in one UPDATE: H8)
+//
+//	builds: TRANSFORM -> capture installed and committed (H4) -> plan task
+//	        -> chunk tasks (_build_tasks, taken by the drain workers) ->
+//	        live flip under the definition row lock
+//	chains: a target another definition reads is captured like a source;
+//	        pages set trellis.origin/trellis.hop, so its log rows carry the
+//	        page's least origin and a token waits for them (H3)
+package engine
