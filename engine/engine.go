@@ -191,12 +191,18 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 }
 
 var workerSettings = map[string]string{
-	"DateStyle":                           "ISO, YMD",
-	"TimeZone":                            "UTC",
-	"IntervalStyle":                       "postgres",
-	"bytea_output":                        "hex",
-	"extra_float_digits":                  "1",
-	"row_security":                        "off",
+	"DateStyle":          "ISO, YMD",
+	"TimeZone":           "UTC",
+	"IntervalStyle":      "postgres",
+	"bytea_output":       "hex",
+	"extra_float_digits": "1",
+	"row_security":       "off",
+	// Only built-in objects and the session's own temporary ones resolve:
+	// an object another role creates in a schema on the default path
+	// (public.unnest(text[]) is an exact match for the drains' unnest of a
+	// text[], so it beat pg_catalog's) would otherwise run as the workers
+	// (D20). Everything else the workers name is schema-qualified.
+	"search_path":                         "pg_catalog, pg_temp",
 	"idle_in_transaction_session_timeout": "60000",
 	"default_transaction_isolation":       "read committed",
 	// Page and chunk statements take arrays whose sizes vary by orders of

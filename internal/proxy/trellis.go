@@ -46,6 +46,9 @@ func newTrellisSide(ctx context.Context, cfg Config, upURL string, up wire.Upstr
 	pc.MaxConns = int32(cfg.PoolMaxSize)
 	host, _ := os.Hostname()
 	pc.ConnConfig.RuntimeParams["application_name"] = "trellis-proxy workers"
+	// The engine's API calls run on this pool as the workers' role: the
+	// same pinned name resolution as the worker pool (D20).
+	pc.ConnConfig.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connecting the workers' pool: %s", oneLine(err))

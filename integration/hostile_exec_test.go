@@ -1,0 +1,141 @@
+package integration
+
+// Issue 14, items 3-5: the workers' execution environment. An ordinary
+// role (CREATE on public, nothing else) plants objects that name
+// resolution, key types or row security would make the workers run or
+// read; each test asserts she gained nothing.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
+)
+
+// execMallory creates the ordinary role exec_mallory with CREATE on public
+// and a trap table any role may insert into, and returns her direct
+// connection to the harness's database.
+func execMallory(t *testing.T, h *trellisHarness) *pgx.Conn {
+	t.Helper()
+	c := h.client(t)
+	mustExec(t, c, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'exec_mallory') THEN CREATE ROLE exec_mallory LOGIN; END IF; END $$`)
+	mustExec(t, c, `ALTER ROLE exec_mallory NOSUPERUSER`)
+	mustExec(t, c, `GRANT CREATE ON SCHEMA public TO exec_mallory`)
+	m := execConnectAs(t, h.db, "exec_mallory")
+	mustExec(t, m, `CREATE TABLE public.exec_trap (who text, at timestamptz DEFAULT now())`)
+	mustExec(t, m, `GRANT INSERT ON public.exec_trap TO PUBLIC`)
+	return m
+}
+
+// execAssertNothingGained fails if exec_mallory became a superuser or a
+// trap of hers ran.
+func execAssertNothingGained(t *testing.T, h *trellisHarness) {
+	t.Helper()
+	var super bool
+	if err := h.pool.QueryRow(context.Background(), `SELECT rolsuper FROM pg_roles WHERE rolname = 'exec_mallory'`).Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	if super {
+		t.Error("exec_mallory became a superuser")
+	}
+	var ran int
+	if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM public.exec_trap`).Scan(&ran); err != nil {
+		t.Fatal(err)
+	}
+	if ran > 0 {
+		t.Errorf("exec_mallory's planted code ran %d times as another role", ran)
+	}
+}
+
+// A public.unnest(text[]) is an exact match for the drains' unnest of a
+// text[] parameter, so under the default search_path it beat
+// pg_catalog.unnest(anyarray) and ran as the workers while they drained
+// another role's write.
+func TestExecShadowingFunctionNeverRunsAsWorkers(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	m := execMallory(t, h)
+	mustExec(t, m, `CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $f$
+BEGIN
+  INSERT INTO public.exec_trap (who) VALUES (current_user);
+  BEGIN
+    EXECUTE 'ALTER ROLE exec_mallory SUPERUSER';
+  EXCEPTION WHEN insufficient_privilege THEN NULL;
+  END;
+  RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x;
+END $f$`)
+
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE exec_victim_src (id bigint PRIMARY KEY, a int)`)
+	mustExec(t, c, `INSERT INTO exec_victim_src SELECT g, g FROM generate_series(1, 50) g`)
+	mustExec(t, c, `TRANSFORM exec_victim_t FROM exec_victim_src SELECT a + 1 AS b`)
+	mustExec(t, c, `TRANSFORM exec_victim_g FROM exec_victim_src GROUP BY a SELECT COUNT(*) AS n`)
+	for _, target := range []string{"exec_victim_t", "exec_victim_g"} {
+		var live string
+		if err := c.QueryRow(ctx, `SELECT trellis.await_live($1, 60000)`, target).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, c, `UPDATE exec_victim_src SET a = a + 100 WHERE id <= 20`)
+	mustExec(t, c, `DELETE FROM exec_victim_src WHERE id > 45`)
+	mustExec(t, c, `INSERT INTO exec_victim_src VALUES (1000, 7)`)
+	if _, err := c.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`); err != nil {
+		t.Fatal(err)
+	}
+	h.sameAs(t, c, `SELECT id, b FROM exec_victim_t`, `SELECT id, a + 1 FROM exec_victim_src`)
+	h.sameAs(t, c, `SELECT a, n FROM exec_victim_g`, `SELECT a, count(*) FROM exec_victim_src GROUP BY a`)
+	execAssertNothingGained(t, h)
+}
+
+// The same with a user operator: public.= on (bigint, bigint) is an exact
+// match for key comparisons of a bigint key and must never be selected.
+func TestExecShadowingOperatorNeverRunsAsWorkers(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	m := execMallory(t, h)
+	mustExec(t, m, `CREATE FUNCTION public.exec_eq(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+  INSERT INTO public.exec_trap (who) VALUES (current_user);
+  RETURN a OPERATOR(pg_catalog.=) b;
+END $f$`)
+	mustExec(t, m, `CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.exec_eq)`)
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE exec_victim_src (id text PRIMARY KEY, a int)`)
+	mustExec(t, c, `INSERT INTO exec_victim_src SELECT g::text, g FROM generate_series(1, 50) g`)
+	mustExec(t, c, `TRANSFORM exec_victim_t FROM exec_victim_src SELECT a * 2 AS b`)
+	var live string
+	if err := c.QueryRow(ctx, `SELECT trellis.await_live('exec_victim_t', 60000)`).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, c, `UPDATE exec_victim_src SET a = a + 1`)
+	if _, err := c.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`); err != nil {
+		t.Fatal(err)
+	}
+	// The harness's own comparison runs as the superuser with public in
+	// its path: clear the trap first, then compare with pg_catalog's =.
+	mustExec(t, c, `SET search_path = pg_catalog, public`)
+	h.sameAs(t, c, `SELECT id, b FROM public.exec_victim_t`, `SELECT id, a * 2 FROM public.exec_victim_src`)
+	execAssertNothingGained(t, h)
+}
+
+// execConnectAs connects to db directly (not through the proxy) as role;
+// the test cluster trusts local connections.
+func execConnectAs(t *testing.T, db, role string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgcluster.ForTest(t).URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Password = role, ""
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
