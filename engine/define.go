@@ -91,6 +91,9 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSourceKeyTypes(ctx, q, srcOID, c.SourceText); err != nil {
+		return nil, err
+	}
 	if len(c.Key) == 0 {
 		// An aggregate target of this instance is keyed by its groups.
 		var raw []byte
@@ -345,6 +348,9 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 	}
 	ng := len(spec.GroupBy)
 	c.GroupTypes, c.GroupBase = full[:ng], base[:ng]
+	if err := checkGroupKeyTypes(ctx, q, spec, c.GroupBase); err != nil {
+		return err
+	}
 	for i := range c.Args {
 		c.Args[i].Type = full[ng+i]
 	}

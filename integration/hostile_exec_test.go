@@ -7,6 +7,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +139,68 @@ func execConnectAs(t *testing.T, db, role string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// Key types carry code: a domain's CHECK, an enum's or a user type's I/O
+// functions run wherever the workers cast or render a key. Such keys are
+// refused at define, naming the column and type.
+func TestExecUserKeyTypesRefused(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	m := execMallory(t, h)
+	mustExec(t, m, `CREATE FUNCTION public.exec_check(v int) RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+  INSERT INTO public.exec_trap (who) VALUES (current_user);
+  BEGIN
+    EXECUTE 'ALTER ROLE exec_mallory SUPERUSER';
+  EXCEPTION WHEN insufficient_privilege THEN NULL;
+  END;
+  RETURN true;
+END $f$`)
+	mustExec(t, m, `CREATE DOMAIN public.exec_kd AS int CHECK (public.exec_check(VALUE))`)
+	mustExec(t, m, `CREATE TYPE public.exec_mood AS ENUM ('calm', 'angry')`)
+	mustExec(t, m, `CREATE TABLE exec_dom (id public.exec_kd PRIMARY KEY, a int)`)
+	mustExec(t, m, `CREATE TABLE exec_enum (id public.exec_mood PRIMARY KEY, a int)`)
+	mustExec(t, m, `CREATE TABLE exec_arr (id int[] PRIMARY KEY, a int)`)
+	mustExec(t, m, `CREATE TABLE exec_grp (id int PRIMARY KEY, mood public.exec_mood, d public.exec_kd, f float8)`)
+	mustExec(t, m, `TRUNCATE public.exec_trap`)
+	mc := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	for _, c := range []struct{ stmt, variant string }{
+		{`TRANSFORM exec_t1 FROM exec_dom SELECT a + 1 AS b`, "UnsupportedPrimaryKeyType"},
+		{`TRANSFORM exec_t2 FROM exec_enum SELECT a + 1 AS b`, "UnsupportedPrimaryKeyType"},
+		{`TRANSFORM exec_t3 FROM exec_arr SELECT a + 1 AS b`, "UnsupportedPrimaryKeyType"},
+		{`TRANSFORM exec_t4 FROM exec_grp GROUP BY mood SELECT COUNT(*) AS n`, "UnsupportedGroupByKeyType"},
+		{`TRANSFORM exec_t6 FROM exec_grp GROUP BY f SELECT COUNT(*) AS n`, "UnsupportedGroupByKeyType"},
+	} {
+		_, err := mc.Exec(ctx, c.stmt)
+		if err == nil {
+			t.Errorf("%s: accepted, want %s", c.stmt, c.variant)
+			continue
+		}
+		pe := pgErrOf(t, err)
+		if pe.Code != "0A000" || !strings.Contains(pe.Detail, c.variant) || pe.Hint == "" {
+			t.Errorf("%s: %s %q detail %q hint %q, want 0A000 %s", c.stmt, pe.Code, pe.Message, pe.Detail, pe.Hint, c.variant)
+		}
+	}
+	// A domain GROUP BY key is read as its base type (the wire describes
+	// it so, and the target and ledger store that type): no cast to the
+	// domain, so its CHECK never runs, and it is accepted.
+	mustExec(t, mc, `TRANSFORM exec_by_d FROM exec_grp GROUP BY d SELECT COUNT(*) AS n`)
+	// A built-in key still works for her.
+	mustExec(t, mc, `TRANSFORM exec_ok FROM exec_grp SELECT f * 2 AS f2`)
+	for _, target := range []string{"exec_ok", "exec_by_d"} {
+		var live string
+		if err := mc.QueryRow(ctx, `SELECT trellis.await_live($1, 60000)`, target).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Her own inserts run her domain CHECK as herself, which is fine: clear
+	// the trap, then let the workers drain them.
+	mustExec(t, mc, `INSERT INTO exec_grp SELECT g, 'calm', g % 3, g FROM generate_series(1, 30) g`)
+	mustExec(t, m, `TRUNCATE public.exec_trap`)
+	if _, err := mc.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`); err != nil {
+		t.Fatal(err)
+	}
+	h.sameAs(t, mc, `SELECT d::int, n FROM exec_by_d`, `SELECT d::int, count(*) FROM exec_grp GROUP BY d`)
+	execAssertNothingGained(t, h)
 }

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
+)
+
+// Key columns are rendered, compared and cast by the workers on every
+// drain, so a key type must carry no code a tenant owns (D20): a domain's
+// CHECK, an enum's or a user type's input and output functions, a user
+// cast or operator would all run as the workers. Keys are therefore of
+// built-in types only, and of those only the ones that render one way and
+// compare by their rendering (grammar spec §6.4's table; enums, which the
+// table allows, are user types and refused here). GROUP BY keys also allow
+// the types whose equal values render alike once stored in the target
+// (numeric keeps its scale there, boolean and character(n) are exact).
+var (
+	builtinSourceKeyTypes = map[string]bool{
+		"int2": true, "int4": true, "int8": true, "oid": true, "uuid": true, "text": true, "varchar": true,
+		"bytea": true, "date": true, "time": true, "timetz": true, "timestamp": true, "timestamptz": true,
+		"cidr": true, "macaddr": true, "macaddr8": true, "bit": true, "varbit": true,
+	}
+	builtinGroupKeyTypes = map[string]bool{"numeric": true, "bool": true, "bpchar": true, "inet": true}
+)
+
+// keyTypeRow is what checkKeyType needs to know of one key column's type.
+type keyTypeRow struct {
+	name, typ         string // column name, its type as format_type writes it
+	typname, typtype  string // pg_type.typname and typtype ('b' base, 'd' domain, 'e' enum, ...)
+	builtin           bool   // the type lives in pg_catalog
+	collation         string // the column's collation, "" when none
+	deterministicColl bool
+}
+
+// checkSourceKeyTypes refuses a source whose primary key has a column of a
+// type not allowed as a key.
+func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText string) error {
+	rows, err := q.Query(ctx, `
+		SELECT a.attname, format_type(t.oid, a.atttypmod), t.typname, t.typtype::text,
+		       t.typnamespace = 'pg_catalog'::regnamespace, coalesce(co.collname, ''), coalesce(co.collisdeterministic, true)
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		JOIN pg_type t ON t.oid = a.atttypid
+		LEFT JOIN pg_collation co ON co.oid = a.attcollation
+		WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord`, rel)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var cols []keyTypeRow
+	for rows.Next() {
+		var r keyTypeRow
+		if err := rows.Scan(&r.name, &r.typ, &r.typname, &r.typtype, &r.builtin, &r.collation, &r.deterministicColl); err != nil {
+			return err
+		}
+		cols = append(cols, r)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range cols {
+		if err := checkKeyType(r, false, fmt.Sprintf("primary key column %s of %s", r.name, relText), "UnsupportedPrimaryKeyType"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkGroupKeyTypes refuses GROUP BY keys whose types (as the source's
+// probe resolved them, format_type spelling) are not allowed as keys.
+func checkGroupKeyTypes(ctx context.Context, q Querier, spec *Spec, base []string) error {
+	for i, g := range spec.GroupBy {
+		r := keyTypeRow{name: g.Name, typ: base[i], deterministicColl: true}
+		err := q.QueryRow(ctx, `SELECT t.typname, t.typtype::text, t.typnamespace = 'pg_catalog'::regnamespace
+			FROM pg_type t WHERE t.oid = to_regtype($1)`, base[i]).Scan(&r.typname, &r.typtype, &r.builtin)
+		if err != nil {
+			return err
+		}
+		if err := checkKeyType(r, true, fmt.Sprintf("GROUP BY key %s", g.Name), "UnsupportedGroupByKeyType"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkKeyType(r keyTypeRow, group bool, what, variant string) error {
+	allowed := r.builtin && r.typtype == "b" && (builtinSourceKeyTypes[r.typname] || group && builtinGroupKeyTypes[r.typname])
+	if !allowed {
+		kind := "type"
+		switch {
+		case r.typtype == "d":
+			kind = "domain"
+		case r.typtype == "e":
+			kind = "enum"
+		case !r.builtin:
+			kind = "user-defined type"
+		}
+		return pgerr.Newf(pgerr.FeatureNotSupported, "%s has %s %s, which cannot be a key", what, kind, r.typ).
+			WithClass("validation", variant).
+			WithDetail("column: %s, type: %s", r.name, r.typ).
+			WithHint("keys must be of built-in types that render one way (integers, text, uuid, dates and times, bytea, ...); domains, enums and user types carry code the workers would run")
+	}
+	if !r.deterministicColl {
+		return pgerr.Newf(pgerr.FeatureNotSupported, "%s has the nondeterministic collation %s, which cannot order or compare keys", what, r.collation).
+			WithClass("validation", "NondeterministicKeyCollation").
+			WithHint("use a deterministic collation for the key column")
+	}
+	return nil
+}
