@@ -94,6 +94,9 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if err := checkSourceKeyTypes(ctx, q, srcOID, c.SourceText); err != nil {
 		return nil, err
 	}
+	if err := checkRowSecurity(ctx, q, srcOID, c.SourceText); err != nil {
+		return nil, err
+	}
 	if len(c.Key) == 0 {
 		// An aggregate target of this instance is keyed by its groups.
 		var raw []byte

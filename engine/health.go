@@ -125,11 +125,13 @@ SELECT d.id, d.compiled #>> '{spec,target,name}', r.table_name,
        WHEN to_regclass(r.table_name) IS DISTINCT FROM r.table_oid THEN 'table_renamed'
        WHEN EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = r.table_oid OR inhparent = r.table_oid)
          OR (SELECT relispartition OR relkind = 'p' FROM pg_class WHERE oid = r.table_oid) THEN 'hierarchy'
+       WHEN NOT ` + ownerReads + ` THEN 'owner_cannot_read'
+       WHEN ` + ownerUnderRowSecurity + ` THEN 'row_security'
   END AS table_problem,
   b.name, b.type, a.attname, format_type(a.atttypid, a.atttypmod), coalesce(a.attisdropped, true),
   (SELECT format_type(n.atttypid, n.atttypmod) FROM pg_attribute n WHERE n.attrelid = r.table_oid
      AND n.attname = b.name AND n.attnum > 0 AND NOT n.attisdropped),
-  b.attnum IS NULL
+  b.attnum IS NULL, coalesce(pg_get_userbyid(d.owner_role)::text, '')
 FROM %[2]s d JOIN %[1]s r ON r.definition_id = d.id
 LEFT JOIN LATERAL (SELECT x ->> 'name' AS name, x ->> 'type' AS type, (x ->> 'attnum')::int2 AS attnum,
                           (x ->> 'typid')::oid AS typid, (x ->> 'typmod')::int4 AS typmod, (x ->> 'coll')::oid AS coll
@@ -140,9 +142,25 @@ WHERE %[3]s AND r.bindings IS NOT NULL
        OR to_regclass(r.table_name) IS DISTINCT FROM r.table_oid
        OR EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = r.table_oid OR inhparent = r.table_oid)
        OR (SELECT relispartition OR relkind = 'p' FROM pg_class WHERE oid = r.table_oid)
+       OR NOT ` + ownerReads + `
+       OR ` + ownerUnderRowSecurity + `
        OR (b.name IS NOT NULL AND (b.attnum IS NULL OR a.attnum IS NULL OR a.attisdropped OR a.attname <> b.name
            OR a.atttypid <> b.typid OR a.atttypmod <> b.typmod OR a.attcollation <> b.coll)))
 ORDER BY d.id, r.table_name, b.name`
+
+// A transform reads only what its owner may read (D9, issue 14): the
+// owner losing SELECT on a table it reads (a REVOKE after define, the role
+// dropped) or row security coming to apply to the owner (the workers read
+// with row_security off) pauses it, as a schema change does. Row security
+// applies to a role unless it is a superuser or has BYPASSRLS, or owns the
+// table (membership counts) and the table does not FORCE it.
+const (
+	ownerReads = `coalesce((SELECT has_table_privilege(d.owner_role, r.table_oid, 'SELECT')
+	                FROM pg_roles o WHERE o.oid = d.owner_role), false)`
+	ownerUnderRowSecurity = `coalesce((SELECT c.relrowsecurity AND NOT (o.rolsuper OR o.rolbypassrls)
+	                AND (c.relforcerowsecurity OR NOT pg_has_role(d.owner_role, c.relowner, 'USAGE'))
+	                FROM pg_class c, pg_roles o WHERE c.oid = r.table_oid AND o.oid = d.owner_role), false)`
+)
 
 const applyingStatuses = `d.status IN ('waiting_to_backfill', 'backfilling', 'live')`
 
@@ -249,7 +267,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func describeProblem(target, table string, tableProblem, name, oldType, nowName, nowType *string, dropped bool, sameNameType *string, unbound bool) *captureFailure {
+func describeProblem(target, table, owner string, tableProblem, name, oldType, nowName, nowType *string, dropped bool, sameNameType *string, unbound bool) *captureFailure {
 	t := grammar.QuoteIdentIfNeeded(target)
 	redefine := fmt.Sprintf("DROP TRANSFORM %s and define it again over the new shape", t)
 	if tableProblem != nil {
@@ -264,6 +282,12 @@ func describeProblem(target, table string, tableProblem, name, oldType, nowName,
 		case "table_renamed":
 			f.Error = fmt.Sprintf("table %s read by %s was renamed or moved", table, t)
 			f.Remedy = fmt.Sprintf("rename it back and RESUME TRANSFORM %s, or %s", t, redefine)
+		case "owner_cannot_read":
+			f.Error = fmt.Sprintf("the owner of %s, %s, may no longer read %s", t, owner, table)
+			f.Remedy = fmt.Sprintf("GRANT SELECT ON %s TO %s; then RESUME TRANSFORM %s", table, grammar.QuoteIdentIfNeeded(owner), t)
+		case "row_security":
+			f.Error = fmt.Sprintf("row level security on %s applies to %s, the owner of %s: the workers would copy rows the owner may not see", table, owner, t)
+			f.Remedy = fmt.Sprintf("ALTER TABLE %s DISABLE ROW LEVEL SECURITY (or let the owner bypass it), then RESUME TRANSFORM %s", table, t)
 		case "hierarchy":
 			f.Error = fmt.Sprintf("table %s read by %s joined a partition or inheritance hierarchy; statement triggers cannot capture its changes", table, t)
 			f.Remedy = fmt.Sprintf("detach it (ALTER TABLE ... DETACH PARTITION / NO INHERIT) and RESUME TRANSFORM %s", t)
@@ -359,13 +383,14 @@ func (e *Engine) readProblems(ctx context.Context, q Querier, filter string, arg
 		var target, table string
 		var tableProblem, name, oldType, nowName, nowType, sameNameType *string
 		var dropped, unbound bool
-		if err := rows.Scan(&id, &target, &table, &tableProblem, &name, &oldType, &nowName, &nowType, &dropped, &sameNameType, &unbound); err != nil {
+		var owner string
+		if err := rows.Scan(&id, &target, &table, &tableProblem, &name, &oldType, &nowName, &nowType, &dropped, &sameNameType, &unbound, &owner); err != nil {
 			return nil, nil, err
 		}
 		if failures[id] != nil {
 			continue
 		}
-		f := describeProblem(target, table, tableProblem, name, oldType, nowName, nowType, dropped, sameNameType, unbound)
+		f := describeProblem(target, table, owner, tableProblem, name, oldType, nowName, nowType, dropped, sameNameType, unbound)
 		if f == nil {
 			continue
 		}

@@ -183,6 +183,9 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 	if now.Key, err = primaryKey(ctx, q, srcOID); err != nil {
 		return err
 	}
+	if err := checkRowSecurity(ctx, q, srcOID, d.source); err != nil {
+		return err
+	}
 	if len(now.Key) == 0 && old.KeyNullable {
 		now.Key, now.KeyNullable = old.Key, old.KeyNullable // an upstream aggregate target's groups
 	}

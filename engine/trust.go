@@ -110,3 +110,20 @@ func checkKeyType(r keyTypeRow, group bool, what, variant string) error {
 	}
 	return nil
 }
+
+// checkRowSecurity refuses a source whose row level security applies to
+// the acting role (the client, on its own connection): the workers read
+// with row_security off, so the target would hold rows its owner may not
+// see (D9).
+func checkRowSecurity(ctx context.Context, q Querier, rel uint32, relText string) error {
+	var active bool
+	if err := q.QueryRow(ctx, `SELECT row_security_active($1::oid)`, rel).Scan(&active); err != nil {
+		return err
+	}
+	if active {
+		return pgerr.Newf(pgerr.FeatureNotSupported, "row level security on %s applies to %s: a transform would copy rows its owner may not see", relText, "the defining role").
+			WithClass("validation", "SourceHasRowSecurity").
+			WithHint("define it as the table's owner or a role with BYPASSRLS, or disable row level security on %s", relText)
+	}
+	return nil
+}

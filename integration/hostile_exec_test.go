@@ -204,3 +204,88 @@ END $f$`)
 	h.sameAs(t, mc, `SELECT d::int, n FROM exec_by_d`, `SELECT d::int, count(*) FROM exec_grp GROUP BY d`)
 	execAssertNothingGained(t, h)
 }
+
+// execStatus reads a transform's status and capture_failure error from
+// the catalog (as the workers' role).
+func execStatus(t *testing.T, h *trellisHarness, target string) (status, failure string) {
+	t.Helper()
+	err := h.pool.QueryRow(context.Background(), `SELECT status, coalesce(status_detail #>> '{capture_failure,error}', '')
+		FROM trellis._definitions WHERE target_table = 'public.' || $1`, target).Scan(&status, &failure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, failure
+}
+
+// Row security on a source applies to its readers; the workers read with
+// it off. A source whose policies apply to the defining role is refused,
+// and one that gains them after define, or whose owner loses SELECT,
+// pauses its transforms before another row flows.
+func TestExecRowSecurityAndRevocation(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	m := execMallory(t, h)
+	_ = m
+	c := h.client(t)
+	mustExec(t, c, `CREATE TABLE exec_secret (id bigint PRIMARY KEY, tenant text, v int)`)
+	mustExec(t, c, `INSERT INTO exec_secret SELECT g, CASE WHEN g % 2 = 0 THEN 'exec_mallory' ELSE 'other' END, g FROM generate_series(1, 20) g`)
+	mustExec(t, c, `GRANT SELECT ON exec_secret TO exec_mallory`)
+	mustExec(t, c, `CREATE TABLE exec_rls (id bigint PRIMARY KEY, tenant text, v int)`)
+	mustExec(t, c, `INSERT INTO exec_rls SELECT id, tenant, v FROM exec_secret`)
+	mustExec(t, c, `GRANT SELECT ON exec_rls TO exec_mallory`)
+	mustExec(t, c, `ALTER TABLE exec_rls ENABLE ROW LEVEL SECURITY`)
+	mustExec(t, c, `CREATE POLICY exec_own ON exec_rls FOR SELECT USING (tenant = current_user)`)
+	mc := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+
+	_, err := mc.Exec(ctx, `TRANSFORM exec_rls_copy FROM exec_rls SELECT v AS v`)
+	if err == nil {
+		t.Fatal("a source under row security was accepted")
+	}
+	if pe := pgErrOf(t, err); pe.Code != "0A000" || !strings.Contains(pe.Detail, "SourceHasRowSecurity") {
+		t.Fatalf("row security: %s %s %s", pe.Code, pe.Message, pe.Detail)
+	}
+
+	mustExec(t, mc, `TRANSFORM exec_copy FROM exec_secret SELECT v AS v`)
+	mustExec(t, mc, `TRANSFORM exec_copy2 FROM exec_secret SELECT v * 2 AS v2`)
+	for _, target := range []string{"exec_copy", "exec_copy2"} {
+		var live string
+		if err := mc.QueryRow(ctx, `SELECT trellis.await_live($1, 60000)`, target).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Revoked: paused, and no row written after the REVOKE reaches her.
+	mustExec(t, c, `REVOKE SELECT ON exec_secret FROM exec_mallory`)
+	eventually(t, 30*time.Second, "exec_copy paused after the REVOKE", func() bool {
+		st, f := execStatus(t, h, "exec_copy")
+		return st == "paused" && strings.Contains(f, "may no longer read")
+	})
+	mustExec(t, c, `INSERT INTO exec_secret VALUES (1000, 'other', 424242)`)
+	mustExec(t, c, `UPDATE exec_secret SET v = -v WHERE id = 1`)
+	if _, err := c.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`); err != nil {
+		t.Fatal(err)
+	}
+	var leaked int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM exec_copy WHERE v IN (424242, -1)`).Scan(&leaked); err != nil {
+		t.Fatal(err)
+	}
+	if leaked != 0 {
+		t.Fatalf("%d rows written after the REVOKE reached exec_copy", leaked)
+	}
+	// RESUME as her is refused while she cannot read the source.
+	if _, err := mc.Exec(ctx, `RESUME TRANSFORM exec_copy`); err == nil {
+		t.Fatal("RESUME without SELECT was accepted")
+	}
+	// Granted again, then row security turned on: paused again.
+	mustExec(t, c, `GRANT SELECT ON exec_secret TO exec_mallory`)
+	mustExec(t, mc, `RESUME TRANSFORM exec_copy`)
+	if st, _ := execStatus(t, h, "exec_copy2"); st != "paused" {
+		t.Fatalf("exec_copy2 is %s after the REVOKE", st)
+	}
+	mustExec(t, mc, `RESUME TRANSFORM exec_copy2`)
+	mustExec(t, c, `ALTER TABLE exec_secret ENABLE ROW LEVEL SECURITY`)
+	mustExec(t, c, `CREATE POLICY exec_own ON exec_secret FOR SELECT USING (tenant = current_user)`)
+	eventually(t, 30*time.Second, "exec_copy paused under row security", func() bool {
+		st, f := execStatus(t, h, "exec_copy")
+		return st == "paused" && strings.Contains(f, "row level security")
+	})
+}
