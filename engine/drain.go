@@ -28,7 +28,7 @@ func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) err
 		}
 		if err != nil {
 			if !transient(err) {
-				e.log.Warn("drain step failed", "worker", id, "err", err)
+				e.log.Warn("drain step failed", append([]any{"worker", id}, errAttrs(err)...)...)
 			} else {
 				e.log.Debug("drain step retried", "worker", id, "err", err)
 			}
@@ -101,8 +101,7 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 	}
 	// A holdup: nothing attributable. Record it on the bucket and back off,
 	// loudly (§12.12 "Holdup", drain_failure).
-	e.log.Warn("page failed with nothing attributable; bucket held back", "batch", at.batch, "bucket", at.bucket,
-		"sqlstate", codeOf(err), "err", err)
+	e.log.Warn("page failed with nothing attributable; bucket held back", append([]any{"batch", at.batch, "bucket", at.bucket}, errAttrs(err)...)...)
 	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
 		last_sqlstate = nullif($4, ''), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
 		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), at.batch, at.bucket, errMessage(err), codeOf(err))

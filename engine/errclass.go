@@ -86,3 +86,15 @@ func lostConnection(err error) bool {
 func transient(err error) bool {
 	return err != nil && classify(err) == errRetry
 }
+
+// errAttrs are the log attributes of a failure at info level and above:
+// PostgreSQL's message and detail can quote row values (an invalid input, a
+// duplicate key), so only the SQLSTATE is logged for errors of the
+// database; the message goes to debug (errDebugAttrs). An error of ours
+// carries no row data and is logged whole.
+func errAttrs(err error) []any {
+	if code := codeOf(err); code != "" {
+		return []any{"sqlstate", code, "class", classify(err).String()}
+	}
+	return []any{"err", err, "class", classify(err).String()}
+}

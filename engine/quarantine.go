@@ -311,21 +311,22 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 			return err
 		}
 		if tag.RowsAffected() > 0 {
-			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.c.TargetText,
-				"table", f.table, "key", f.key)
+			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.c.TargetText, "table", f.table)
 			continue
 		}
 		if deaths < deathsToPoison {
-			e.log.Info("key failed; retried in a later batch", "definition", f.def, "target", cd.c.TargetText,
-				"table", f.table, "key", f.key, "deaths", deaths, "err", errMessage(f.err))
+			e.log.Info("key failed; retried in a later batch", append([]any{"definition", f.def, "target", cd.c.TargetText,
+				"table", f.table, "deaths", deaths}, errAttrs(f.err)...)...)
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop)
 				VALUES ($1, $2, 'rederive', $3, $4::text::pg_lsn, $5)`, e.tbl("_change_log")), f.table, f.key, f.def, m.origin, m.hop); err != nil {
 				return err
 			}
 			continue
 		}
-		e.log.Warn("key held (poisoned) for one transform", "definition", f.def, "target", cd.c.TargetText,
-			"table", f.table, "key", f.key, "deaths", deaths, "sqlstate", codeOf(f.err), "err", errMessage(f.err))
+		// The key and the error text are row data: trellis.quarantined shows
+		// them to those who may see the transform; the log does not.
+		e.log.Warn("key held (poisoned) for one transform", append([]any{"definition", f.def, "target", cd.c.TargetText,
+			"table", f.table, "deaths", deaths}, errAttrs(f.err)...)...)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (definition_id, src_table, key, error, sqlstate, origin_lsn)
 			VALUES ($1, $2, $3, $4, $5, $6::text::pg_lsn)
 			ON CONFLICT (definition_id, src_table, key) DO UPDATE SET error = excluded.error, sqlstate = excluded.sqlstate,
@@ -395,9 +396,9 @@ func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build in
 			e.log.Warn("pausing a failing build", "definition", defID, "err", err)
 			return
 		}
-		e.log.Warn("build paused after repeated failures", "definition", defID, "source", srcTable, "attempts", attempts, "err", serr)
+		e.log.Warn("build paused after repeated failures", append([]any{"definition", defID, "source", srcTable, "attempts", attempts}, errAttrs(serr)...)...)
 	} else {
-		e.log.Warn("build task failed", "definition", defID, "task", taskID, "attempts", attempts, "next_attempt_at", next, "err", serr)
+		e.log.Warn("build task failed", append([]any{"definition", defID, "task", taskID, "attempts", attempts, "next_attempt_at", next}, errAttrs(serr)...)...)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)
