@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
+	"github.com/trellis-proxy/trellis-proxy/sqlscan"
 )
 
 // The lexer follows Postgres's scan.l closely enough to find token
@@ -127,43 +128,15 @@ func (lx *lexer) errAt(variant string, b int, format string, args ...any) *pgerr
 	return newErr(variant, lx.pm.at(b), format, args...)
 }
 
-// skip moves past whitespace and comments (-- to end of line, nested /* */).
+// skip moves past whitespace and comments with the shared scanner's rules
+// (-- to '\n' or '\r', nested /* */).
 func (lx *lexer) skip() *pgerr.Error {
-	t := lx.text
-	for lx.p < len(t) {
-		c := t[lx.p]
-		switch {
-		case isSpace(c):
-			lx.p++
-		case c == '-' && lx.p+1 < len(t) && t[lx.p+1] == '-':
-			for lx.p < len(t) && t[lx.p] != '\n' && t[lx.p] != '\r' {
-				lx.p++
-			}
-		case c == '/' && lx.p+1 < len(t) && t[lx.p+1] == '*':
-			start := lx.p
-			depth := 0
-			for {
-				if lx.p+1 >= len(t) {
-					lx.p = len(t)
-					return lx.errAt(UnterminatedComment, start, "unterminated /* comment")
-				}
-				if t[lx.p] == '/' && t[lx.p+1] == '*' {
-					depth++
-					lx.p += 2
-				} else if t[lx.p] == '*' && t[lx.p+1] == '/' {
-					depth--
-					lx.p += 2
-					if depth == 0 {
-						break
-					}
-				} else {
-					lx.p++
-				}
-			}
-		default:
-			return nil
-		}
+	e, ok := sqlscan.SkipSpace(lx.text, lx.p)
+	if !ok {
+		lx.p = len(lx.text)
+		return lx.errAt(UnterminatedComment, e, "unterminated /* comment")
 	}
+	lx.p = e
 	return nil
 }
 
@@ -178,71 +151,43 @@ func (lx *lexer) next() (token, *pgerr.Error) {
 		return token{kind: tEOF, start: s, end: s}, nil
 	}
 	c := t[s]
-	var c1, c2 byte
+	var c1 byte
 	if s+1 < len(t) {
 		c1 = t[s+1]
-	}
-	if s+2 < len(t) {
-		c2 = t[s+2]
 	}
 	tok := func(k tokKind, end int) (token, *pgerr.Error) {
 		lx.p = end
 		return token{kind: k, start: s, end: end}, nil
 	}
-	switch {
-	case (c == 'b' || c == 'B' || c == 'x' || c == 'X' || c == 'n' || c == 'N') && c1 == '\'':
-		return lx.quoted(s, s+1, false)
-	case (c == 'e' || c == 'E') && c1 == '\'':
-		return lx.quoted(s, s+1, true)
-	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '\'':
-		return lx.quoted(s, s+2, false)
-	case (c == 'u' || c == 'U') && c1 == '&' && c2 == '"':
-		tk, err := lx.quotedIdent(s, s+2)
-		tk.kind = tUIdent
-		return tk, err
-	case isIdentStart(c):
-		e := s + 1
-		for e < len(t) && isIdentCont(t[e]) {
-			e++
+	// Strings, names, numbers and parameters end where the shared scanner
+	// says; the rest (operators, punctuation) is ours.
+	switch st := sqlscan.Lex(t, s); st.Kind {
+	case sqlscan.String:
+		lx.p = st.End
+		if st.Open {
+			if c == '$' {
+				return token{}, lx.errAt(UnterminatedString, s, "unterminated dollar-quoted string")
+			}
+			return token{}, lx.errAt(UnterminatedString, s, "unterminated quoted string")
 		}
-		lx.p = e
-		v := foldASCII(t[s:e])
+		return token{kind: tString, start: s, end: st.End}, nil
+	case sqlscan.QuotedIdent:
+		return lx.quotedIdent(st)
+	case sqlscan.Ident:
+		lx.p = st.End
+		v := foldASCII(t[s:st.End])
 		if len(v) > maxNameBytes {
 			return token{}, lx.errAt(NameTooLong, s, "identifier %q is %d bytes long; names are limited to %d bytes", v, len(v), maxNameBytes)
 		}
-		return token{kind: tIdent, start: s, end: e, val: v}, nil
-	case c == '"':
-		return lx.quotedIdent(s, s)
-	case c == '\'':
-		return lx.quoted(s, s, false)
+		return token{kind: tIdent, start: s, end: st.End, val: v}, nil
+	case sqlscan.Number:
+		return tok(tNumber, st.End)
+	case sqlscan.Param:
+		return tok(tParam, st.End)
+	}
+	switch {
 	case c == '$':
-		if isDigit(c1) {
-			e := s + 1
-			for e < len(t) && isDigit(t[e]) {
-				e++
-			}
-			return tok(tParam, e)
-		}
-		// Dollar quote: $tag$ … $tag$, the tag an identifier without '$'.
-		e := s + 1
-		if e < len(t) && isIdentStart(t[e]) {
-			e++
-			for e < len(t) && isIdentCont(t[e]) && t[e] != '$' {
-				e++
-			}
-		}
-		if e < len(t) && t[e] == '$' {
-			delim := t[s : e+1]
-			i := strings.Index(t[e+1:], delim)
-			if i < 0 {
-				lx.p = len(t)
-				return token{}, lx.errAt(UnterminatedString, s, "unterminated dollar-quoted string")
-			}
-			return tok(tString, e+1+i+len(delim))
-		}
 		return token{}, lx.errAt(UnexpectedChar, s, "unexpected character \"$\"")
-	case isDigit(c) || c == '.' && isDigit(c1):
-		return tok(tNumber, lx.number(s))
 	case c == '.':
 		return tok(tDot, s+1)
 	case c == ':':
@@ -280,95 +225,25 @@ func (lx *lexer) next() (token, *pgerr.Error) {
 	return token{}, lx.errAt(UnexpectedChar, s, "unexpected character %q", r)
 }
 
-// number scans a numeric literal starting at s and returns its end. Trailing
-// junk (123abc) is left to Postgres's parser, which reports it.
-func (lx *lexer) number(s int) int {
+// quotedIdent decodes the "…" or U&"…" token st ("" is a quote).
+func (lx *lexer) quotedIdent(st sqlscan.Token) (token, *pgerr.Error) {
 	t := lx.text
-	e := s
-	if t[e] == '0' && e+1 < len(t) && strings.IndexByte("xXoObB", t[e+1]) >= 0 {
-		e += 2
-		for e < len(t) && (isDigit(t[e]) || t[e] == '_' || t[e] >= 'a' && t[e] <= 'f' || t[e] >= 'A' && t[e] <= 'F') {
-			e++
-		}
-		return e
+	lx.p = st.End
+	if st.Open {
+		return token{}, lx.errAt(UnterminatedString, st.Start, "unterminated quoted identifier")
 	}
-	for e < len(t) && (isDigit(t[e]) || t[e] == '_') {
-		e++
+	kind, q := tQIdent, st.Start
+	if t[q] != '"' {
+		kind, q = tUIdent, q+2
 	}
-	if e < len(t) && t[e] == '.' && !(e+1 < len(t) && t[e+1] == '.') {
-		e++
-		for e < len(t) && (isDigit(t[e]) || t[e] == '_') {
-			e++
-		}
+	v := strings.ReplaceAll(t[q+1:st.End-1], `""`, `"`)
+	if v == "" {
+		return token{}, lx.errAt(ZeroLengthIdentifier, st.Start, "zero-length delimited identifier")
 	}
-	if e < len(t) && (t[e] == 'e' || t[e] == 'E') {
-		f := e + 1
-		if f < len(t) && (t[f] == '+' || t[f] == '-') {
-			f++
-		}
-		if f < len(t) && isDigit(t[f]) {
-			for f < len(t) && isDigit(t[f]) {
-				f++
-			}
-			e = f
-		}
+	if len(v) > maxNameBytes {
+		return token{}, lx.errAt(NameTooLong, st.Start, "identifier %q is %d bytes long; names are limited to %d bytes", v, len(v), maxNameBytes)
 	}
-	return e
-}
-
-// quoted scans a string literal whose opening quote is at q (s is the token
-// start, before any E/B/X/N/U& prefix).
-func (lx *lexer) quoted(s, q int, backslash bool) (token, *pgerr.Error) {
-	t := lx.text
-	i := q + 1
-	for i < len(t) {
-		switch t[i] {
-		case '\\':
-			if backslash {
-				i += 2
-				continue
-			}
-		case '\'':
-			if i+1 < len(t) && t[i+1] == '\'' {
-				i += 2
-				continue
-			}
-			lx.p = i + 1
-			return token{kind: tString, start: s, end: i + 1}, nil
-		}
-		i++
-	}
-	lx.p = len(t)
-	return token{}, lx.errAt(UnterminatedString, s, "unterminated quoted string")
-}
-
-// quotedIdent scans "…" with its opening quote at q.
-func (lx *lexer) quotedIdent(s, q int) (token, *pgerr.Error) {
-	t := lx.text
-	var b strings.Builder
-	i := q + 1
-	for i < len(t) {
-		if t[i] == '"' {
-			if i+1 < len(t) && t[i+1] == '"' {
-				b.WriteByte('"')
-				i += 2
-				continue
-			}
-			lx.p = i + 1
-			v := b.String()
-			if v == "" {
-				return token{}, lx.errAt(ZeroLengthIdentifier, s, "zero-length delimited identifier")
-			}
-			if len(v) > maxNameBytes {
-				return token{}, lx.errAt(NameTooLong, s, "identifier %q is %d bytes long; names are limited to %d bytes", v, len(v), maxNameBytes)
-			}
-			return token{kind: tQIdent, start: s, end: i + 1, val: v}, nil
-		}
-		b.WriteByte(t[i])
-		i++
-	}
-	lx.p = len(t)
-	return token{}, lx.errAt(UnterminatedString, s, "unterminated quoted identifier")
+	return token{kind: kind, start: st.Start, end: st.End, val: v}, nil
 }
 
 // leadingTrellis decides from the first tokens whether text is a Trellis

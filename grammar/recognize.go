@@ -1,5 +1,7 @@
 package grammar
 
+import "github.com/trellis-proxy/trellis-proxy/sqlscan"
+
 // Recognize reports whether text is a Trellis statement, deciding from its
 // leading words after whitespace and comments, compared case-insensitively
 // (grammar spec §2.1, D5). It never parses, never allocates and, for ordinary
@@ -69,64 +71,26 @@ func Classify(text string) (Kind, bool) {
 
 // skipSpaceComments returns the offset of the first byte at or after p that
 // is not whitespace or inside a comment, or -1 inside an unterminated
-// block comment.
+// block comment (the shared scanner's rules, as Postgres's lexer).
 func skipSpaceComments(t string, p int) int {
-	for p < len(t) {
-		c := t[p]
-		switch {
-		case isSpace(c):
-			p++
-		case c == '-' && p+1 < len(t) && t[p+1] == '-':
-			for p < len(t) && t[p] != '\n' && t[p] != '\r' {
-				p++
-			}
-		case c == '/' && p+1 < len(t) && t[p+1] == '*':
-			depth := 0
-			for {
-				if p+1 >= len(t) {
-					return -1
-				}
-				if t[p] == '/' && t[p+1] == '*' {
-					depth++
-					p += 2
-				} else if t[p] == '*' && t[p+1] == '/' {
-					p += 2
-					depth--
-					if depth == 0 {
-						break
-					}
-				} else {
-					p++
-				}
-			}
-		default:
-			return p
-		}
+	e, ok := sqlscan.SkipSpace(t, p)
+	if !ok {
+		return -1
 	}
-	return p
+	return e
 }
 
-// word returns the unquoted identifier starting at p ("" if none, or if the
-// letters start a string literal such as E'…' or U&"…", which the lexer
-// reads as a literal) and its end.
+// word returns the unquoted identifier starting at p ("" if the token there
+// is anything else, such as E'…' or U&"…") and its end.
 func word(t string, p int) (string, int) {
 	if p >= len(t) || !isIdentStart(t[p]) {
 		return "", p
 	}
-	if p+1 < len(t) {
-		c, c1 := t[p]|0x20, t[p+1]
-		if c1 == '\'' && (c == 'b' || c == 'x' || c == 'n' || c == 'e') {
-			return "", p
-		}
-		if c1 == '&' && c == 'u' && p+2 < len(t) && (t[p+2] == '\'' || t[p+2] == '"') {
-			return "", p
-		}
+	tk := sqlscan.Lex(t, p)
+	if tk.Kind != sqlscan.Ident {
+		return "", p
 	}
-	e := p + 1
-	for e < len(t) && isIdentCont(t[e]) {
-		e++
-	}
-	return t[p:e], e
+	return t[p:tk.End], tk.End
 }
 
 // nextWord skips whitespace and comments after p and returns the word there.

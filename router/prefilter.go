@@ -1,6 +1,10 @@
 package router
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/trellis-proxy/trellis-proxy/sqlscan"
+)
 
 // MayConcernTrellis is the byte-level prefilter of D5: false means the text
 // is ordinary SQL and goes upstream without being parsed. It must never say
@@ -51,6 +55,9 @@ func startsCall(s, schema string) bool {
 		}
 		i = skipCallNoise(s, i+len(w))
 	}
+	if i+2 < len(s) && s[i]|0x20 == 'u' && s[i+1] == '&' && s[i+2] == '"' {
+		return true // U&"…" may spell the catalog with escapes: let the parser decide
+	}
 	if i < len(s) && s[i] == '"' {
 		// A quoted name is exact: "trellis" or the catalog schema.
 		end := strings.IndexByte(s[i+1:], '"')
@@ -61,6 +68,9 @@ func startsCall(s, schema string) bool {
 		return name == "trellis" || (schema != "" && name == schema)
 	}
 	w = leadingWordAt(s, i)
+	if len(w) > 63 {
+		w = w[:63] // Postgres truncates a longer name to NAMEDATALEN-1 bytes
+	}
 	return equalFold(w, "trellis") || (schema != "" && equalFold(w, schema))
 }
 
@@ -107,22 +117,14 @@ func leadingWordAt(s string, i int) string {
 	return s[i:j]
 }
 
+// skipSpaceAndComments returns where the next token starts, with the
+// shared scanner's rules (a "--" comment ends at '\n' or '\r', as in
+// Postgres); inside an unterminated block comment there is none: len(s).
 func skipSpaceAndComments(s string, i int) int {
-	for i < len(s) {
-		switch c := s[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
-			i++
-		case c == '-' && i+1 < len(s) && s[i+1] == '-':
-			for i < len(s) && s[i] != '\n' {
-				i++
-			}
-		case c == '/' && i+1 < len(s) && s[i+1] == '*':
-			i = skipBlockComment(s, i)
-		default:
-			return i
-		}
+	if e, ok := sqlscan.SkipSpace(s, i); ok {
+		return e
 	}
-	return i
+	return len(s)
 }
 
 // containsFold reports whether s contains word (lower-case ASCII) in any

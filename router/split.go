@@ -1,6 +1,10 @@
 package router
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+
+	"github.com/trellis-proxy/trellis-proxy/sqlscan"
+)
 
 // Piece is one statement of a client's query string.
 type Piece struct {
@@ -29,45 +33,22 @@ func Split(sql string) []Piece {
 			pieces = append(pieces, Piece{Text: text, Offset: start})
 		}
 	}
-	i := 0
-	for i < len(sql) {
-		c := sql[i]
+	for i := 0; i < len(sql); {
+		p, ok := sqlscan.SkipSpace(sql, i)
+		if !ok || p >= len(sql) {
+			break // an unterminated comment runs to the end
+		}
+		tk := sqlscan.Lex(sql, p)
+		i = tk.End
 		switch {
-		case c == '\'':
-			// E'..' strings treat backslash as an escape; the E is the
-			// previous byte when it stands alone as a prefix.
-			escapes := i > 0 && (sql[i-1] == 'e' || sql[i-1] == 'E') && (i == 1 || !isIdentByte(sql[i-2]))
-			i = skipQuoted(sql, i+1, '\'', escapes)
-			prevWord = ""
-		case c == '"':
-			i = skipQuoted(sql, i+1, '"', false)
-			prevWord = ""
-		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' {
-				i++
-			}
-		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			i = skipBlockComment(sql, i)
-		case c == '$':
-			if end, ok := skipDollar(sql, i); ok {
-				i = end
-				prevWord = ""
-			} else {
-				i++
-			}
-		case c == ';':
+		case tk.Kind == sqlscan.Other && sql[p] == ';':
 			if atomicDepth == 0 {
-				emit(i)
-				start = i + 1
+				emit(p)
+				start = p + 1
 			}
-			i++
 			prevWord = ""
-		case isIdentStart(c):
-			j := i
-			for j < len(sql) && isIdentByte(sql[j]) {
-				j++
-			}
-			word := sql[i:j]
+		case tk.Kind == sqlscan.Ident:
+			word := sql[p:tk.End]
 			switch {
 			case equalFold(word, "atomic") && equalFold(prevWord, "begin"):
 				atomicDepth++
@@ -81,12 +62,8 @@ func Split(sql string) []Piece {
 				}
 			}
 			prevWord = word
-			i = j
 		default:
-			if c > ' ' {
-				prevWord = ""
-			}
-			i++
+			prevWord = ""
 		}
 	}
 	emit(len(sql))
@@ -100,83 +77,13 @@ func Split(sql string) []Piece {
 	return pieces
 }
 
-func skipQuoted(s string, i int, quote byte, backslashEscapes bool) int {
-	for i < len(s) {
-		switch s[i] {
-		case '\\':
-			if backslashEscapes {
-				i += 2
-				continue
-			}
-		case quote:
-			if i+1 < len(s) && s[i+1] == quote {
-				i += 2
-				continue
-			}
-			return i + 1
-		}
-		i++
-	}
-	return i
-}
+func isIdentByte(c byte) bool { return sqlscan.IsIdentCont(c) }
 
-func skipBlockComment(s string, i int) int {
-	depth := 0
-	for i < len(s) {
-		if s[i] == '/' && i+1 < len(s) && s[i+1] == '*' {
-			depth++
-			i += 2
-			continue
-		}
-		if s[i] == '*' && i+1 < len(s) && s[i+1] == '/' {
-			depth--
-			i += 2
-			if depth == 0 {
-				return i
-			}
-			continue
-		}
-		i++
-	}
-	return i
+// blank reports whether s holds only whitespace and (terminated) comments.
+func blank(s string) bool {
+	e, ok := sqlscan.SkipSpace(s, 0)
+	return ok && e == len(s)
 }
-
-// skipDollar skips a $tag$ ... $tag$ string starting at s[i] == '$'. A '$'
-// that does not open a dollar quote ($1 parameters, identifiers with $) is
-// not one.
-func skipDollar(s string, i int) (int, bool) {
-	if i > 0 && isIdentByte(s[i-1]) {
-		return 0, false // part of an identifier such as a$b
-	}
-	j := i + 1
-	for j < len(s) && s[j] != '$' {
-		if !isIdentByte(s[j]) || (j == i+1 && s[j] >= '0' && s[j] <= '9') {
-			return 0, false
-		}
-		j++
-	}
-	if j >= len(s) {
-		return 0, false
-	}
-	tag := s[i : j+1]
-	for k := j + 1; k+len(tag) <= len(s); k++ {
-		if s[k] == '$' && s[k:k+len(tag)] == tag {
-			return k + len(tag), true
-		}
-	}
-	return len(s), true
-}
-
-func isIdentStart(c byte) bool {
-	return c == '_' || (c|0x20 >= 'a' && c|0x20 <= 'z') || c >= 0x80
-}
-
-func isIdentByte(c byte) bool {
-	return isIdentStart(c) || (c >= '0' && c <= '9') || c == '$'
-}
-
-// blank reports whether s holds only whitespace and comments.
-func blank(s string) bool { return skipSpaceAndComments(s, 0) == len(s) }
 
 // equalFold compares an identifier with a lower-case ASCII word.
 func equalFold(s, lower string) bool {

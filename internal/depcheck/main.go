@@ -19,8 +19,9 @@ const module = "github.com/trellis-proxy/trellis-proxy"
 // import anything. A prefix ending in "/" covers sub-packages.
 var allowed = map[string][]string{
 	"pgerr":              {},
-	"grammar":            {"pgerr"},
-	"router":             {"grammar", "pgerr"},
+	"sqlscan":            {},
+	"grammar":            {"pgerr", "sqlscan"},
+	"router":             {"grammar", "pgerr", "sqlscan"},
 	"engine":             {"grammar", "pgerr"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
