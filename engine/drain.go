@@ -67,7 +67,11 @@ func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bo
 	if did || err != nil {
 		return did, err
 	}
-	return second(ctx, id)
+	if did, err := second(ctx, id); did || err != nil {
+		return did, err
+	}
+	// Self-checks run only when no page or build work is waiting.
+	return e.selfCheckStep(ctx, id)
 }
 
 type pageKey struct {

@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"strings"
+)
+
+// checkSQL is a self-check's comparison for one definition (D18 self-check):
+// the target's rows against a recompute of the definition that Postgres
+// evaluates straight from the source, both rendered as text and matched on
+// the target's key rendering (bytes, COLLATE "C").
+//
+// The recompute is rendered from the Spec's expressions with a plain
+// SELECT (1-1) or GROUP BY (aggregates), never from the write path's
+// generated SQL (ledger, accumulators, ON CONFLICT), so a bug there cannot
+// agree with itself. A JOIN target fits by rendering its own recompute
+// SELECT with the same output columns (k and c<i>).
+type checkSQL struct {
+	cols []string // compared target columns, in order (paused ones left out)
+	// bounds returns the page's last key: $1 the cursor (NULL: start), $2 the
+	// page size. diff returns the differing rows of ($1, $2] (NULL: open),
+	// restricted to the keys $3 when not NULL.
+	bounds, diff string
+}
+
+// selfCheckSQL renders the comparison, leaving out paused columns.
+func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
+	tk, nullable := c.targetIdentity()
+	src := c.source() + " AS " + ident(SourceAlias)
+	var recCols, cols []string
+	var recompute string
+	if !c.Spec.IsAggregate() {
+		for _, k := range c.Key {
+			recCols = append(recCols, ident(SourceAlias)+"."+ident(k.Name)+" AS "+ident(k.Name))
+		}
+		for _, f := range c.Spec.Fields {
+			if paused[f.Name] {
+				continue
+			}
+			cols = append(cols, f.Name)
+			recCols = append(recCols, "("+f.Expr+") AS "+ident(f.Name))
+		}
+		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src
+	} else {
+		var groups []string
+		for _, g := range c.Spec.GroupBy {
+			recCols = append(recCols, "("+g.Expr+") AS "+ident(g.Name))
+			groups = append(groups, "("+g.Expr+")")
+		}
+		for _, f := range c.Spec.Fields {
+			if paused[f.Name] {
+				continue
+			}
+			cols = append(cols, f.Name)
+			call := aggCall(f)
+			if f.Agg == AggJSONBAgg {
+				// The write path orders a jsonb_agg by the source key.
+				order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+				call = "jsonb_agg((" + f.Expr + ") ORDER BY " + order + ")"
+				if f.Cast != "" {
+					call = "(" + call + ")::" + f.Cast
+				}
+			}
+			recCols = append(recCols, call+" AS "+ident(f.Name))
+		}
+		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src + " GROUP BY " + strings.Join(groups, ", ")
+	}
+	side := func(from, alias string) string {
+		s := "SELECT " + keySQL(alias, tk, nullable) + " AS k"
+		for i, col := range cols {
+			s += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+		}
+		return s + " FROM " + from
+	}
+	tgt := "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.target()+" AS t", "t") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
+	rec := "rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
+	cs := &checkSQL{cols: cols}
+	cs.bounds = "WITH " + tgt + ", " + rec + `,
+ks AS (SELECT k FROM tgt UNION SELECT k FROM rec ORDER BY 1 COLLATE "C" LIMIT $2)
+SELECT max(k COLLATE "C"), count(*) FROM ks`
+	sel := `SELECT coalesce(tgt.k, rec.k), tgt.k IS NULL, rec.k IS NULL`
+	var differs []string
+	for i := range cols {
+		ci := "c" + itoa(i)
+		sel += ", tgt." + ci + ", rec." + ci
+		differs = append(differs, "tgt."+ci+" IS DISTINCT FROM rec."+ci)
+	}
+	where := "(tgt.k IS NULL OR rec.k IS NULL"
+	if len(differs) > 0 {
+		where += " OR " + strings.Join(differs, " OR ")
+	}
+	where += `) AND ($2::text IS NULL OR coalesce(tgt.k, rec.k) <= $2 COLLATE "C")
+  AND ($3::text[] IS NULL OR coalesce(tgt.k, rec.k) = ANY($3::text[]))`
+	cs.diff = "WITH " + tgt + ", " + rec + "\n" + sel + ` FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C"
+WHERE ` + where + `
+ORDER BY 1 COLLATE "C"`
+	return cs
+}
