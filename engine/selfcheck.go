@@ -99,7 +99,7 @@ func (e *Engine) selfCheckStep(ctx context.Context, id string) (bool, error) {
 }
 
 func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error) {
-	tx, err := e.pool.Begin(ctx)
+	tx, err := e.workers.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error)
 
 // finishSelfCheck ends a job failed or cancelled (while the claim holds).
 func (e *Engine) finishSelfCheck(ctx context.Context, j *scJob, state, why string) error {
-	_, err := e.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET state = $3, error = $4, finished_at = now(), saved_at = now()
+	_, err := e.workers.Exec(ctx, fmt.Sprintf(`UPDATE %s SET state = $3, error = $4, finished_at = now(), saved_at = now()
 		WHERE id = $1 AND claim = $2 AND state = 'running'`, e.tbl("_self_checks")), j.id, j.claim, state, why)
 	return err
 }
@@ -145,7 +145,7 @@ func (e *Engine) finishSelfCheck(ctx context.Context, j *scJob, state, why strin
 // verdict when the job is done, in one transaction holding the job row:
 // nothing is saved when another worker took the job over meanwhile.
 func (e *Engine) saveSelfCheckPage(ctx context.Context, j *scJob, p *scPage) error {
-	tx, err := e.pool.Begin(ctx)
+	tx, err := e.workers.Begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,7 +43,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	var status string
 	var raw []byte
 	var version int64
-	err := e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT status, compiled, version FROM %s WHERE id = $1`, e.tbl("_definitions")), j.def).
+	err := e.workers.QueryRow(ctx, fmt.Sprintf(`SELECT status, compiled, version FROM %s WHERE id = $1`, e.tbl("_definitions")), j.def).
 		Scan(&status, &raw, &version)
 	if err != nil {
 		return nil, err
@@ -129,7 +128,7 @@ func (e *Engine) scWait(ctx context.Context, j *scJob) (token string, caught boo
 // scSnapshot runs f in a read-only REPEATABLE READ transaction with the
 // output settings a key's rendering depends on pinned as capture pins them.
 func (e *Engine) scSnapshot(ctx context.Context, f func(pgx.Tx) error) error {
-	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := e.workers.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return err
 	}
@@ -204,7 +203,7 @@ func sameText(a, b *string) bool {
 }
 
 func (e *Engine) pausedColumns(ctx context.Context, def int64) (map[string]bool, error) {
-	rows, err := e.pool.Query(ctx, fmt.Sprintf(`SELECT column_name FROM %s WHERE definition_id = $1`, e.tbl("_paused_columns")), def)
+	rows, err := e.workers.Query(ctx, fmt.Sprintf(`SELECT column_name FROM %s WHERE definition_id = $1`, e.tbl("_paused_columns")), def)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +223,7 @@ func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, err
 	for i, ev := range captureEvents {
 		names[i] = e.triggerName(ev)
 	}
-	rows, err := e.pool.Query(ctx, fmt.Sprintf(`
+	rows, err := e.workers.Query(ctx, fmt.Sprintf(`
 		SELECT r.table_name,
 		       to_regclass(r.table_name) IS NOT NULL,
 		       EXISTS (SELECT 1 FROM %s ct WHERE ct.table_name = r.table_name AND ct.table_oid = to_regclass(r.table_name)::oid),
@@ -264,5 +263,3 @@ func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, err
 	}
 	return out, rows.Err()
 }
-
-var _ = errors.New

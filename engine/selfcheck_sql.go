@@ -75,7 +75,7 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 	rec := "rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
 	cs := &checkSQL{cols: cols}
 	cs.bounds = "WITH " + tgt + ", " + rec + `,
-ks AS (SELECT k FROM tgt UNION SELECT k FROM rec ORDER BY 1 COLLATE "C" LIMIT $2)
+ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2)
 SELECT max(k COLLATE "C"), count(*) FROM ks`
 	sel := `SELECT coalesce(tgt.k, rec.k), tgt.k IS NULL, rec.k IS NULL`
 	var differs []string
@@ -92,6 +92,6 @@ SELECT max(k COLLATE "C"), count(*) FROM ks`
   AND ($3::text[] IS NULL OR coalesce(tgt.k, rec.k) = ANY($3::text[]))`
 	cs.diff = "WITH " + tgt + ", " + rec + "\n" + sel + ` FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C"
 WHERE ` + where + `
-ORDER BY 1 COLLATE "C"`
+ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
 	return cs
 }
