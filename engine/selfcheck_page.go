@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -88,19 +89,10 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	}
 	p.done = p.n < e.selfCheckPageKeys()
 	if len(rows) > 0 && j.mode == "standard" {
-		// A difference may be a change still in flight: wait for a fresh
-		// token and compare those keys again; report only what still differs.
-		if _, caught, err := e.scWait(ctx, j); err != nil || !caught {
-			return &scPage{done: true, outcome: "not_caught_up", token: token}, err
+		rows, err = e.recheck(ctx, j, cd, cs, rows)
+		if errors.Is(err, errNotCaughtUp) {
+			return &scPage{done: true, outcome: "not_caught_up", token: token}, nil
 		}
-		keys := make([]string, len(rows))
-		for i, r := range rows {
-			keys[i] = r.key
-		}
-		err = e.scSnapshot(ctx, func(tx pgx.Tx) error {
-			rows, err = scDiff(ctx, tx, cs, nil, nil, keys)
-			return err
-		})
 		if err != nil {
 			return nil, err
 		}
@@ -110,6 +102,53 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	}
 	return p, nil
 }
+
+// recheck re-compares differing keys behind a fresh wait, in a new
+// snapshot, and keeps those that still differ while no change of theirs is
+// in flight in that snapshot (a change still in flight is not reported).
+// A key in flight is re-checked again, up to three rounds; one still in
+// flight after them is left out, not reported.
+func (e *Engine) recheck(ctx context.Context, j *scJob, cd *compiledDef, cs *checkSQL, rows []scRow) ([]scRow, error) {
+	var out []scRow
+	for round := 0; round < 3 && len(rows) > 0; round++ {
+		if _, caught, err := e.scWait(ctx, j); err != nil || !caught {
+			if err == nil {
+				err = errNotCaughtUp
+			}
+			return nil, err
+		}
+		keys := make([]string, len(rows))
+		for i, r := range rows {
+			keys[i] = r.key
+		}
+		var pending map[string]bool
+		var all bool
+		err := e.scSnapshot(ctx, func(tx pgx.Tx) error {
+			var err error
+			if rows, err = scDiff(ctx, tx, cs, nil, nil, keys); err != nil {
+				return err
+			}
+			pending, all, err = e.inFlight(ctx, tx, cd, cs)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		var again []scRow
+		for _, r := range rows {
+			if all || pending[r.key] {
+				again = append(again, r)
+			} else {
+				out = append(out, r)
+			}
+		}
+		rows = again
+	}
+	return out, nil
+}
+
+// errNotCaughtUp ends a page whose re-check wait timed out.
+var errNotCaughtUp = errors.New("self-check: not caught up")
 
 // scWait waits for convergence through a fresh token, up to the job's
 // timeout. caught=false: the timeout passed.
@@ -262,4 +301,52 @@ func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, err
 		out = append(out, divergence{kind: "capture", table: &t, detail: &detail})
 	}
 	return out, rows.Err()
+}
+
+// pendingSQL lists a definition's source keys still in flight in the
+// current snapshot ($1 the source table, $2 the definition).
+func (e *Engine) pendingSQL() string {
+	return fmt.Sprintf(`WITH d AS (SELECT snap FROM %[1]s WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+SELECT DISTINCT coalesce(u.k, c.key) FROM %[2]s c CROSS JOIN d LEFT JOIN LATERAL unnest(c.keys) AS u(k) ON true
+WHERE c.src_table = $1 AND NOT pg_visible_in_snapshot(c.txid, d.snap)
+UNION SELECT key FROM %[3]s WHERE definition_id = $2
+UNION SELECT key FROM %[4]s WHERE definition_id = $2`,
+		e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_poison"), e.tbl("_deferred"))
+}
+
+// inFlight returns the target keys whose rows may not reflect the source
+// yet in tx's snapshot; all=true when that is every key.
+func (e *Engine) inFlight(ctx context.Context, tx pgx.Tx, cd *compiledDef, cs *checkSQL) (keys map[string]bool, all bool, err error) {
+	rows, err := tx.Query(ctx, e.pendingSQL(), cd.c.SourceText, cd.id)
+	if err != nil {
+		return nil, false, err
+	}
+	src, err := pgx.CollectRows(rows, pgx.RowTo[*string])
+	if err != nil {
+		return nil, false, err
+	}
+	var list []string
+	for _, k := range src {
+		if k == nil {
+			return nil, true, nil
+		}
+		list = append(list, *k)
+	}
+	keys = map[string]bool{}
+	if len(list) == 0 {
+		return keys, false, nil
+	}
+	if cs.groupsOf != "" {
+		rows, err := tx.Query(ctx, cs.groupsOf, list)
+		if err != nil {
+			return nil, false, err
+		}
+		if list, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return nil, false, err
+		}
+	}
+	for _, k := range list {
+		keys[k] = true
+	}
+	return keys, false, nil
 }

@@ -20,6 +20,13 @@ type checkSQL struct {
 	// page size. diff returns the differing rows of ($1, $2] (NULL: open),
 	// restricted to the keys $3 when not NULL.
 	bounds, diff string
+	// pending lists, in the comparison's snapshot, the source keys with a
+	// change the targets do not reflect yet (a logged change outside the
+	// last drained batch's snapshot, a held or deferred key); NULL stands
+	// for every key (a truncate or schema marker). groupsOf maps such
+	// source keys $1 to the target keys they touch (aggregates: the group
+	// the ledger files the key under and the group its source row is in).
+	pending, groupsOf string
 }
 
 // selfCheckSQL renders the comparison, leaving out paused columns.
@@ -74,6 +81,16 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 	tgt := "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.target()+" AS t", "t") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
 	rec := "rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
 	cs := &checkSQL{cols: cols}
+	if c.Spec.IsAggregate() {
+		var lg, sg []string
+		for i, g := range c.Spec.GroupBy {
+			lg = append(lg, "e.g"+itoa(i)+" AS "+ident(g.Name))
+			sg = append(sg, "("+g.Expr+") AS "+ident(g.Name))
+		}
+		cs.groupsOf = "SELECT " + keySQL("x", tk, nullable) + " FROM (SELECT " + strings.Join(lg, ", ") + " FROM " + c.ledger() +
+			" e WHERE e.k = ANY($1::text[]) AND e.member) x UNION SELECT " + keySQL("y", tk, nullable) + " FROM (SELECT " +
+			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
+	}
 	cs.bounds = "WITH " + tgt + ", " + rec + `,
 ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2)
 SELECT max(k COLLATE "C"), count(*) FROM ks`
