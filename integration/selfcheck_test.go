@@ -224,26 +224,13 @@ func TestSCConvergedUnderWriters(t *testing.T) {
 	}
 }
 
-// A capture trigger disabled by hand is a capture divergence; privileges:
-// a role that cannot SELECT a target can neither start a check on it nor
-// see its jobs or divergences.
+// A capture trigger disabled by hand is a capture divergence; bad
+// arguments and unknown targets are refused.
 func TestSCCaptureAndPrivileges(t *testing.T) {
 	h := scStart(t)
 	c := h.client(t)
 	ctx := context.Background()
 	scSetup(t, h, c, "sc_cap", 10)
-	mustExec(t, c, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'sc_other') THEN CREATE ROLE sc_other LOGIN; END IF; END $$`)
-	other := connectURL(t, h.url("sc_other", "", h.db, ""))
-	if _, err := other.Exec(ctx, `SELECT * FROM trellis.self_check('sc_cap_copy', 1000)`); pgErrOf(t, err).Code != "42501" {
-		t.Fatalf("a role without SELECT on the target started a check: %v", err)
-	}
-	id, _ := scCheck(t, c, "sc_cap_copy", "standard")
-	if got := qString(t, other, `SELECT count(*)::text FROM trellis.self_checks`); got != "0" {
-		t.Fatalf("sc_other sees %s jobs", got)
-	}
-	if got := qString(t, other, `SELECT count(*)::text FROM trellis.self_check_divergences WHERE job_id = $1`, id); got != "0" {
-		t.Fatalf("sc_other sees %s divergences", got)
-	}
 	if _, err := c.Exec(ctx, `SELECT * FROM trellis.self_check('sc_cap_copy', 1000, 'sloppy')`); pgErrOf(t, err).Code != "22023" {
 		t.Fatalf("bad mode: %v", err)
 	}
@@ -305,5 +292,45 @@ func TestSCJobSurvivesWorkerDeath(t *testing.T) {
 	})
 	if got := qString(t, c, `SELECT outcome || ' ' || rows_compared || ' ' || divergence_count FROM trellis.self_checks WHERE id = $1`, id); got != "converged 3000 0" {
 		t.Fatalf("resumed job: %s", got)
+	}
+}
+
+// Privileges (attack test): a role that cannot SELECT a target can neither
+// start a check on it (42501) nor see its jobs or divergences, and gains no
+// role attribute; the owner's check still runs and converges.
+func TestSCOtherRoleCannotCheck(t *testing.T) {
+	h := startTrellis(t)
+	c := h.client(t)
+	ctx := context.Background()
+	mustExec(t, c, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'sc_other') THEN CREATE ROLE sc_other LOGIN; END IF; END $$`)
+	mustExec(t, c, `CREATE TABLE sc_priv (id bigint PRIMARY KEY, v int)`)
+	mustExec(t, c, `INSERT INTO sc_priv SELECT g, g FROM generate_series(1, 10) g`)
+	mustExec(t, c, `TRANSFORM sc_priv_x FROM sc_priv SELECT v * 10 AS x`)
+	h.waitStatus(t, "sc_priv_x", "live")
+	other := connectURL(t, h.url("sc_other", "", h.db, ""))
+	_, err := other.Exec(ctx, `SELECT * FROM trellis.self_check('sc_priv_x', 1000)`)
+	if err == nil || pgErrOf(t, err).Code != "42501" {
+		t.Fatalf("a role without SELECT on the target started a check: %v", err)
+	}
+	for _, q := range []string{
+		`SELECT trellis._self_check_start('postgres'::regrole, 'sc_priv_x', 1000, 'standard')`,
+		`SELECT trellis._self_check_start('sc_other'::regrole, 'sc_priv_x', 1000, 'standard')`,
+	} {
+		if _, err := other.Exec(ctx, q); err == nil || pgErrOf(t, err).Code != "42501" {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	id, outcome := scCheck(t, c, "sc_priv_x", "standard")
+	if outcome != "converged" {
+		t.Fatalf("owner's check: %s", outcome)
+	}
+	if got := qString(t, other, `SELECT count(*)::text FROM trellis.self_checks`); got != "0" {
+		t.Fatalf("sc_other sees %s jobs", got)
+	}
+	if got := qString(t, other, `SELECT count(*)::text FROM trellis.self_check_divergences WHERE job_id = $1`, id); got != "0" {
+		t.Fatalf("sc_other sees %s divergences", got)
+	}
+	if got := qString(t, c, `SELECT (rolsuper OR rolcreaterole OR rolbypassrls)::text FROM pg_roles WHERE rolname = 'sc_other'`); got != "false" {
+		t.Fatalf("sc_other gained a role attribute")
 	}
 }
