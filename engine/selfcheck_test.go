@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestGoldenSelfCheckSQL pins the self-check's comparison SQL for every
+// golden definition (a reviewed diff when a generator changes) and runs it,
+// so each shape is valid SQL against its real tables.
+func TestGoldenSelfCheckSQL(t *testing.T) {
+	pool := testDB(t)
+	cfg := fastConfig()
+	cfg.Staging, cfg.DrainWorkers = StagingOff, -1
+	e, _ := startEngine(t, pool, cfg)
+	ctx := context.Background()
+	for _, g := range goldenSpecs {
+		t.Run(g.name, func(t *testing.T) {
+			for _, s := range g.setup {
+				exec(t, pool, s)
+			}
+			if _, err := e.ApplyText(ctx, pool, g.define, ApplyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			target := goldenTarget(t, g.define)
+			var id, version int64
+			var raw []byte
+			if err := pool.QueryRow(ctx, "SELECT id, version, compiled FROM trellis._definitions WHERE target_table = 'public.' || $1", target).
+				Scan(&id, &version, &raw); err != nil {
+				t.Fatal(err)
+			}
+			cd, err := e.compiledFor(id, version, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paused := map[string]bool{}
+			for _, p := range g.pause {
+				paused[p] = true
+			}
+			cs := cd.c.selfCheckSQL(paused)
+			var b strings.Builder
+			for _, s := range []struct{ name, sql string }{{"bounds", cs.bounds}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
+				if s.sql != "" {
+					b.WriteString("-- " + target + ": self-check " + s.name + "\n" + strings.TrimSpace(s.sql) + ";\n\n")
+				}
+			}
+			goldenCompare(t, filepath.Join("testdata", "selfcheck", g.name+".sql"), goldenNormalize(e, b.String()))
+			err = e.scSnapshot(ctx, func(tx pgx.Tx) error {
+				var hi *string
+				var n int64
+				if err := tx.QueryRow(ctx, cs.bounds, nil, 10).Scan(&hi, &n); err != nil {
+					return err
+				}
+				if _, err := scDiff(ctx, tx, cs, nil, nil, []string{"x"}); err != nil {
+					return err
+				}
+				_, _, err := e.inFlight(ctx, tx, cd, cs)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
