@@ -160,10 +160,12 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	e.states.working(id, "draining", fmt.Sprintf("batch %d bucket %d", batch, bucket))
 	var waited time.Duration
 	t0 := time.Now()
-	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)
+	pctx, tally := withTally(ctx)
+	perr := e.applyPage(pctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)
 	if perr == nil {
 		perr = tx.Commit(ctx)
 		if perr == nil {
+			e.reportTally(tally, waited, t0) // per-transform figures (metrics_transform.go)
 			if waited > 0 {
 				// Its oldest change waited this long before the page read it,
 				// then for the page itself: capture to visible.

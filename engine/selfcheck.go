@@ -94,8 +94,11 @@ func (e *Engine) selfCheckStep(ctx context.Context, id string) (bool, error) {
 		}
 		return true, e.finishSelfCheck(ctx, j, "failed", err.Error())
 	}
-	e.scMetrics().SelfCheckPage(j.target, time.Since(start), len(p.divs))
-	return true, e.saveSelfCheckPage(ctx, j, p)
+	if err := e.saveSelfCheckPage(ctx, j, p); err != nil {
+		return true, err
+	}
+	e.tMetrics().SelfCheckPage(j.target, time.Since(start), len(p.divs))
+	return true, nil
 }
 
 func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error) {
@@ -106,7 +109,7 @@ func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error)
 	defer tx.Rollback(ctx)
 	j := &scJob{}
 	err = tx.QueryRow(ctx, fmt.Sprintf(`
-		SELECT j.id, j.definition_id, j.mode, j.timeout_ms, j.cursor, j.divergence_count, d.target_table
+		SELECT j.id, j.definition_id, j.mode, j.timeout_ms, j.cursor, j.divergence_count, d.compiled #>> '{spec,target,name}'
 		FROM %s j JOIN %s d ON d.id = j.definition_id
 		WHERE j.state = 'queued'
 		   OR (j.state = 'running' AND (j.claimed_by = $1

@@ -12,24 +12,6 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
-// SelfCheckMetrics is implemented by a Config.Metrics that also counts
-// self-check pages and divergences per target (optional, so the Metrics
-// interface stays as other code implements it).
-type SelfCheckMetrics interface {
-	SelfCheckPage(target string, took time.Duration, divergences int)
-}
-
-type noSCMetrics struct{}
-
-func (noSCMetrics) SelfCheckPage(string, time.Duration, int) {}
-
-func (e *Engine) scMetrics() SelfCheckMetrics {
-	if m, ok := e.cfg.Metrics.(SelfCheckMetrics); ok {
-		return m
-	}
-	return noSCMetrics{}
-}
-
 func (e *Engine) selfCheckPageKeys() int64 {
 	if e.cfg.SelfCheckPageKeys > 0 {
 		return int64(e.cfg.SelfCheckPageKeys)
