@@ -57,13 +57,8 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	p := &scPage{token: token}
 	var rows []scRow
 	err = e.scSnapshot(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, cs.bounds, j.cursor, e.selfCheckPageKeys()).Scan(&p.hi, &p.n); err != nil {
-			return err
-		}
-		if p.n == 0 {
-			return nil
-		}
-		rows, err = scDiff(ctx, tx, cs, j.cursor, p.hi, nil)
+		var err error
+		rows, p.hi, p.n, err = scPageRows(ctx, tx, cs, j.cursor, e.selfCheckPageKeys())
 		return err
 	})
 	if err != nil {
@@ -107,7 +102,7 @@ func (e *Engine) recheck(ctx context.Context, j *scJob, cd *compiledDef, cs *che
 		var all bool
 		err := e.scSnapshot(ctx, func(tx pgx.Tx) error {
 			var err error
-			if rows, err = scDiff(ctx, tx, cs, nil, nil, keys); err != nil {
+			if rows, err = scDiff(ctx, tx, cs, keys); err != nil {
 				return err
 			}
 			pending, all, err = e.inFlight(ctx, tx, cd, cs)
@@ -174,12 +169,9 @@ type scRow struct {
 	tgt, rec       []*string
 }
 
-func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, lo, hi *string, keys []string) ([]scRow, error) {
-	var k any
-	if keys != nil {
-		k = keys
-	}
-	rows, err := tx.Query(ctx, cs.diff, lo, hi, k)
+// scDiff compares the given keys.
+func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, keys []string) ([]scRow, error) {
+	rows, err := tx.Query(ctx, cs.diff, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -187,16 +179,42 @@ func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, lo, hi *string, keys [
 	var out []scRow
 	for rows.Next() {
 		r := scRow{tgt: make([]*string, len(cs.cols)), rec: make([]*string, len(cs.cols))}
-		dest := []any{&r.key, &r.missing, &r.extra}
-		for i := range cs.cols {
-			dest = append(dest, &r.tgt[i], &r.rec[i])
-		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(r.dest(&r.key, &r.missing, &r.extra)...); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// scPageRows runs a page's comparison: its last key, key count and
+// differing rows.
+func scPageRows(ctx context.Context, tx pgx.Tx, cs *checkSQL, cursor *string, limit int64) (out []scRow, hi *string, n int64, err error) {
+	rows, err := tx.Query(ctx, cs.page, cursor, limit)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := scRow{tgt: make([]*string, len(cs.cols)), rec: make([]*string, len(cs.cols))}
+		var key *string
+		var missing, extra *bool
+		if err := rows.Scan(append([]any{&hi, &n}, r.dest(&key, &missing, &extra)...)...); err != nil {
+			return nil, nil, 0, err
+		}
+		if key != nil {
+			r.key, r.missing, r.extra = *key, *missing, *extra
+			out = append(out, r)
+		}
+	}
+	return out, hi, n, rows.Err()
+}
+
+func (r *scRow) dest(head ...any) []any {
+	for i := range r.tgt {
+		head = append(head, &r.tgt[i], &r.rec[i])
+	}
+	return head
 }
 
 func (r scRow) divergences(cols []string) []divergence {

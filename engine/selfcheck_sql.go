@@ -16,10 +16,10 @@ import (
 // SELECT with the same output columns (k and c<i>).
 type checkSQL struct {
 	cols []string // compared target columns, in order (paused ones left out)
-	// bounds returns the page's last key: $1 the cursor (NULL: start), $2 the
-	// page size. diff returns the differing rows of ($1, $2] (NULL: open),
-	// restricted to the keys $3 when not NULL.
-	bounds, diff string
+	// page returns, for the page past the cursor $1 (NULL: the start) of $2
+	// keys, its last key and key count, then its differing rows (one row of
+	// NULLs when none). diff returns the differing rows among the keys $1.
+	page, diff string
 	// pending lists, in the comparison's snapshot, the source keys with a
 	// change the targets do not reflect yet (a logged change outside the
 	// last drained batch's snapshot, a held or deferred key); NULL stands
@@ -78,8 +78,10 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 		}
 		return s + " FROM " + from
 	}
-	tgt := "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.target()+" AS t", "t") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
-	rec := "rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE ($1::text IS NULL OR x.k > $1 COLLATE \"C\"))"
+	ctes := func(filter string) string {
+		return "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.target()+" AS t", "t") + ") x WHERE " + filter + "),\n" +
+			"rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE " + filter + ")"
+	}
 	cs := &checkSQL{cols: cols}
 	if c.Spec.IsAggregate() {
 		var lg, sg []string
@@ -91,24 +93,26 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 			" e WHERE e.k = ANY($1::text[]) AND e.member) x UNION SELECT " + keySQL("y", tk, nullable) + " FROM (SELECT " +
 			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
 	}
-	cs.bounds = "WITH " + tgt + ", " + rec + `,
-ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2)
-SELECT max(k COLLATE "C"), count(*) FROM ks`
-	sel := `SELECT coalesce(tgt.k, rec.k), tgt.k IS NULL, rec.k IS NULL`
+	sel := `SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra`
 	var differs []string
 	for i := range cols {
 		ci := "c" + itoa(i)
-		sel += ", tgt." + ci + ", rec." + ci
+		sel += ", tgt." + ci + " AS t" + itoa(i) + ", rec." + ci + " AS r" + itoa(i)
 		differs = append(differs, "tgt."+ci+" IS DISTINCT FROM rec."+ci)
 	}
-	where := "(tgt.k IS NULL OR rec.k IS NULL"
+	where := "tgt.k IS NULL OR rec.k IS NULL"
 	if len(differs) > 0 {
 		where += " OR " + strings.Join(differs, " OR ")
 	}
-	where += `) AND ($2::text IS NULL OR coalesce(tgt.k, rec.k) <= $2 COLLATE "C")
-  AND ($3::text[] IS NULL OR coalesce(tgt.k, rec.k) = ANY($3::text[]))`
-	cs.diff = "WITH " + tgt + ", " + rec + "\n" + sel + ` FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C"
-WHERE ` + where + `
+	join := sel + ` FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE ` + where
+	// One pass over each side: the page's bound (the $2-th key past the
+	// cursor $1 of the union of both sides' keys) and its differing rows.
+	cs.page = "WITH " + ctes(`($1::text IS NULL OR x.k > $1 COLLATE "C")`) + `,
+ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2),
+b AS (SELECT max(k COLLATE "C") AS hi, count(*) AS n FROM ks)
+SELECT b.hi, b.n, d.* FROM b LEFT JOIN (` + join + `) d ON d.k <= b.hi COLLATE "C"
+ORDER BY d.k COLLATE "C"`
+	cs.diff = "WITH " + ctes(`x.k = ANY($1::text[])`) + "\n" + join + `
 ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
 	return cs
 }

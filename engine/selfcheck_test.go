@@ -43,19 +43,17 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 			}
 			cs := cd.c.selfCheckSQL(paused)
 			var b strings.Builder
-			for _, s := range []struct{ name, sql string }{{"bounds", cs.bounds}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
+			for _, s := range []struct{ name, sql string }{{"page", cs.page}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
 				if s.sql != "" {
 					b.WriteString("-- " + target + ": self-check " + s.name + "\n" + strings.TrimSpace(s.sql) + ";\n\n")
 				}
 			}
 			goldenCompare(t, filepath.Join("testdata", "selfcheck", g.name+".sql"), goldenNormalize(e, b.String()))
 			err = e.scSnapshot(ctx, func(tx pgx.Tx) error {
-				var hi *string
-				var n int64
-				if err := tx.QueryRow(ctx, cs.bounds, nil, 10).Scan(&hi, &n); err != nil {
+				if _, _, _, err := scPageRows(ctx, tx, cs, nil, 10); err != nil {
 					return err
 				}
-				if _, err := scDiff(ctx, tx, cs, nil, nil, []string{"x"}); err != nil {
+				if _, err := scDiff(ctx, tx, cs, []string{"x"}); err != nil {
 					return err
 				}
 				_, _, err := e.inFlight(ctx, tx, cd, cs)

@@ -1,12 +1,14 @@
--- order_totals: self-check bounds
-WITH tgt AS MATERIALIZED (SELECT * FROM (SELECT (t."id")::text AS k, t."total"::text AS c0, t."loud"::text AS c1 FROM "public"."order_totals" AS t) x WHERE ($1::text IS NULL OR x.k > $1 COLLATE "C")), rec AS MATERIALIZED (SELECT * FROM (SELECT (r."id")::text AS k, r."total"::text AS c0, r."loud"::text AS c1 FROM (SELECT "__s"."id" AS "id", ("__s"."price" + "__s"."tax") AS "total", (upper("__s"."note")) AS "loud" FROM "public"."orders" AS "__s") AS r) x WHERE ($1::text IS NULL OR x.k > $1 COLLATE "C")),
-ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2)
-SELECT max(k COLLATE "C"), count(*) FROM ks;
+-- order_totals: self-check page
+WITH tgt AS MATERIALIZED (SELECT * FROM (SELECT (t."id")::text AS k, t."total"::text AS c0, t."loud"::text AS c1 FROM "public"."order_totals" AS t) x WHERE ($1::text IS NULL OR x.k > $1 COLLATE "C")),
+rec AS MATERIALIZED (SELECT * FROM (SELECT (r."id")::text AS k, r."total"::text AS c0, r."loud"::text AS c1 FROM (SELECT "__s"."id" AS "id", ("__s"."price" + "__s"."tax") AS "total", (upper("__s"."note")) AS "loud" FROM "public"."orders" AS "__s") AS r) x WHERE ($1::text IS NULL OR x.k > $1 COLLATE "C")),
+ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2),
+b AS (SELECT max(k COLLATE "C") AS hi, count(*) AS n FROM ks)
+SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra, tgt.c0 AS t0, rec.c0 AS r0, tgt.c1 AS t1, rec.c1 AS r1 FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE tgt.k IS NULL OR rec.k IS NULL OR tgt.c0 IS DISTINCT FROM rec.c0 OR tgt.c1 IS DISTINCT FROM rec.c1) d ON d.k <= b.hi COLLATE "C"
+ORDER BY d.k COLLATE "C";
 
 -- order_totals: self-check diff
-WITH tgt AS MATERIALIZED (SELECT * FROM (SELECT (t."id")::text AS k, t."total"::text AS c0, t."loud"::text AS c1 FROM "public"."order_totals" AS t) x WHERE ($1::text IS NULL OR x.k > $1 COLLATE "C")), rec AS MATERIALIZED (SELECT * FROM (SELECT (r."id")::text AS k, r."total"::text AS c0, r."loud"::text AS c1 FROM (SELECT "__s"."id" AS "id", ("__s"."price" + "__s"."tax") AS "total", (upper("__s"."note")) AS "loud" FROM "public"."orders" AS "__s") AS r) x WHERE ($1::text IS NULL OR x.k > $1 COLLATE "C"))
-SELECT coalesce(tgt.k, rec.k), tgt.k IS NULL, rec.k IS NULL, tgt.c0, rec.c0, tgt.c1, rec.c1 FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C"
-WHERE (tgt.k IS NULL OR rec.k IS NULL OR tgt.c0 IS DISTINCT FROM rec.c0 OR tgt.c1 IS DISTINCT FROM rec.c1) AND ($2::text IS NULL OR coalesce(tgt.k, rec.k) <= $2 COLLATE "C")
-  AND ($3::text[] IS NULL OR coalesce(tgt.k, rec.k) = ANY($3::text[]))
+WITH tgt AS MATERIALIZED (SELECT * FROM (SELECT (t."id")::text AS k, t."total"::text AS c0, t."loud"::text AS c1 FROM "public"."order_totals" AS t) x WHERE x.k = ANY($1::text[])),
+rec AS MATERIALIZED (SELECT * FROM (SELECT (r."id")::text AS k, r."total"::text AS c0, r."loud"::text AS c1 FROM (SELECT "__s"."id" AS "id", ("__s"."price" + "__s"."tax") AS "total", (upper("__s"."note")) AS "loud" FROM "public"."orders" AS "__s") AS r) x WHERE x.k = ANY($1::text[]))
+SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra, tgt.c0 AS t0, rec.c0 AS r0, tgt.c1 AS t1, rec.c1 AS r1 FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE tgt.k IS NULL OR rec.k IS NULL OR tgt.c0 IS DISTINCT FROM rec.c0 OR tgt.c1 IS DISTINCT FROM rec.c1
 ORDER BY coalesce(tgt.k, rec.k) COLLATE "C";
 
