@@ -211,6 +211,20 @@ func TestSCConvergedUnderWriters(t *testing.T) {
 			t.Fatalf("run %d (%s): %s: %s", run, target, outcome, scDivergences(t, c, id))
 		}
 	}
+	// A real divergence is still found under the writers: a row for a key
+	// no writer touches.
+	if _, err := h.pool.Exec(context.Background(), `INSERT INTO sc_lines_copy (id, dbl, cust) VALUES (500, 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	id, outcome := scCheck(t, c, "sc_lines_copy", "standard")
+	if got := scDivergences(t, c, id); outcome != "diverged" || got != "extra_row 500 - -" {
+		stop()
+		wg.Wait()
+		t.Fatalf("tampered under writers: %s %q", outcome, got)
+	}
+	if _, err := h.pool.Exec(context.Background(), `DELETE FROM sc_lines_copy WHERE id = 500`); err != nil {
+		t.Fatal(err)
+	}
 	stop()
 	wg.Wait()
 	if writes.Load() < 100 {
