@@ -77,7 +77,7 @@ func (e *Engine) selfCheckStep(ctx context.Context, id string) (bool, error) {
 	if err != nil || j == nil {
 		return false, err
 	}
-	e.states.working(id, "self_check", j.target)
+	e.states.working(id, "checking", "self-check "+j.target)
 	pctx, cancel := context.WithTimeout(ctx, j.budget())
 	defer cancel()
 	start := time.Now()
