@@ -108,7 +108,7 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 	e.log.Warn("page failed with nothing attributable; bucket held back", "batch", at.batch, "bucket", at.bucket,
 		"sqlstate", codeOf(err), "err", err)
 	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
-		last_sqlstate = nullif($4, ''), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
+		last_sqlstate = nullif($4, ''), failed_since = coalesce(failed_since, now()), failed_last = now(), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
 		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), at.batch, at.bucket, errMessage(err), codeOf(err))
 	return false, err
 }
@@ -391,7 +391,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		state = "done"
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET after_table = $3, after_key = $4, state = $5, pages = pages + 1,
-		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL
+		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL, failed_since = NULL, failed_last = NULL
 		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, *lt, *lk, state); err != nil {
 		return err
 	}

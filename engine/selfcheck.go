@@ -34,6 +34,9 @@ CREATE TABLE {{S}}._self_check_divergences (
   kind text NOT NULL CHECK (kind IN ('cell','missing_row','extra_row','missing_column','extra_column','capture')),
   key text, column_name text, persisted text, recomputed text, table_name text, detail text,
   PRIMARY KEY (job_id, ordinal));
+-- status.drain_failure.since / last_seen: when a bucket's failing run of
+-- pages began and when it last failed (cleared by its next committed page).
+ALTER TABLE {{S}}._batch_buckets ADD COLUMN failed_since timestamptz, ADD COLUMN failed_last timestamptz;
 `
 
 // maxDivergences ends a job early (truncated).
