@@ -171,7 +171,7 @@ type scRow struct {
 
 // scDiff compares the given keys.
 func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, keys []string) ([]scRow, error) {
-	rows, err := tx.Query(ctx, cs.diff, keys)
+	rows, err := tx.Query(ctx, cs.diff, cs.diffArgs(keys)...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, keys []string) ([]scRo
 // scPageRows runs a page's comparison: its last key, key count and
 // differing rows.
 func scPageRows(ctx context.Context, tx pgx.Tx, cs *checkSQL, cursor *string, limit int64) (out []scRow, hi *string, n int64, err error) {
-	rows, err := tx.Query(ctx, cs.page, cursor, limit)
+	rows, err := tx.Query(ctx, cs.page, cs.pageArgs(cursor, limit)...)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -27,6 +27,40 @@ type checkSQL struct {
 	// source keys $1 to the target keys they touch (aggregates: the group
 	// the ledger files the key under and the group its source row is in).
 	pending, groupsOf string
+	// typed: pages walk the key columns' own order (the primary key index
+	// of source and target) instead of the rendering's, so a page reads
+	// only its keys; 1-1 targets with a non-null key.
+	typed bool
+	key   []keyCol
+}
+
+// pageArgs are the page statement's parameters for a cursor.
+func (cs *checkSQL) pageArgs(cursor *string, limit int64) []any {
+	if !cs.typed {
+		return []any{cursor, limit}
+	}
+	args := []any{cursor == nil}
+	var parts []*string
+	if cursor != nil {
+		parts, _ = decodeKey(*cursor, len(cs.key), false)
+	}
+	for i := range cs.key {
+		var p *string
+		if i < len(parts) {
+			p = parts[i]
+		}
+		args = append(args, p)
+	}
+	return append(args, limit)
+}
+
+// diffArgs are the re-check statement's parameters for keys.
+func (cs *checkSQL) diffArgs(keys []string) []any {
+	if !cs.typed {
+		return []any{keys}
+	}
+	args, _, _ := keyArgs(keys, cs.key, false)
+	return args
 }
 
 // selfCheckSQL renders the comparison, leaving out paused columns.
@@ -114,5 +148,66 @@ SELECT b.hi, b.n, d.* FROM b LEFT JOIN (` + join + `) d ON d.k <= b.hi COLLATE "
 ORDER BY d.k COLLATE "C"`
 	cs.diff = "WITH " + ctes(`x.k = ANY($1::text[])`) + "\n" + join + `
 ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
+	if !c.Spec.IsAggregate() && !c.KeyNullable {
+		cs.typedPages(c, cols, join)
+	}
 	return cs
+}
+
+// typedPages renders a 1-1 target's page and re-check over the key
+// columns' order: each side reads its first $n+2 keys past the cursor
+// ($2.. its parts, $1 true at the start) through its primary key, so a
+// page costs its own keys, not the table. The comparison (join) is the
+// rendering-keyed one of the text pages.
+func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
+	cs.typed, cs.key = true, c.Key
+	n := len(c.Key)
+	keyList := func(alias string) string {
+		return joinf(n, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ")
+	}
+	params := joinf(n, func(i int) string { return "$" + itoa(i+2) + "::" + c.Key[i].Type }, ", ")
+	limit := "$" + itoa(n+2)
+	after := func(alias string) string { return "($1::boolean OR (" + keyList(alias) + ") > (" + params + "))" }
+	ps := joinf(n, func(i int) string { return "p" + itoa(i) }, ", ")
+	// out projects a side's rows: typed key parts, rendering, column texts.
+	out := func(alias, from string) string {
+		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + ident(c.Key[i].Name) + " AS p" + itoa(i) }, ", ") +
+			", " + keySQL(alias, c.Key, false) + " AS k"
+		for i, col := range cols {
+			q += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+		}
+		return q + " FROM " + from
+	}
+	src := c.source() + " AS " + ident(SourceAlias)
+	recCols := []string{keyList(ident(SourceAlias))}
+	for _, col := range cols {
+		for _, f := range c.Spec.Fields {
+			if f.Name == col {
+				recCols = append(recCols, "("+f.Expr+") AS "+ident(f.Name))
+			}
+		}
+	}
+	rec := func(where, tail string) string {
+		return out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+src+" WHERE "+where+tail+") r")
+	}
+	tgt := func(where, tail string) string {
+		return out("t", "(SELECT * FROM "+c.target()+" AS t WHERE "+where+tail+") t")
+	}
+	order := func(alias string) string { return " ORDER BY " + keyList(alias) + " LIMIT " + limit }
+	cs.page = "WITH tgt AS MATERIALIZED (" + tgt(after("t"), order("t")) + "),\n" +
+		"rec AS MATERIALIZED (" + rec(after(ident(SourceAlias)), order(ident(SourceAlias))) + "),\n" +
+		"ks AS (SELECT " + ps + ", k FROM (SELECT " + ps + ", k FROM tgt UNION SELECT " + ps + ", k FROM rec) u ORDER BY " + ps + " LIMIT " + limit + "),\n" +
+		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + itoa(i) + " DESC" }, ", ") +
+		" LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
+		"SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (" + join + ") j WHERE j.k IN (SELECT k FROM ks)) d ON true\n" +
+		`ORDER BY d.k COLLATE "C"`
+	// The re-check reads its keys ($1 renderings, $2.. their parts).
+	unnest := "unnest(" + joinf(n, func(i int) string { return "$" + itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
+	casts := joinf(n, func(i int) string { return "u.p" + itoa(i) + "::" + c.Key[i].Type }, ", ")
+	among := func(alias string) string {
+		return "(" + keyList(alias) + ") IN (SELECT " + casts + " FROM " + unnest + ") AND " + keySQL(alias, c.Key, false) + " = ANY($1::text[])"
+	}
+	cs.diff = "WITH tgt AS MATERIALIZED (" + tgt(among("t"), "") + "),\n" +
+		"rec AS MATERIALIZED (" + rec(among(ident(SourceAlias)), "") + ")\n" + join + `
+ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
 }

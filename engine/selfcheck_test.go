@@ -53,7 +53,14 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 				if _, _, _, err := scPageRows(ctx, tx, cs, nil, 10); err != nil {
 					return err
 				}
-				if _, err := scDiff(ctx, tx, cs, []string{"x"}); err != nil {
+				// A key valid for every golden key type: each part "1".
+				tk, nullable := cd.c.targetIdentity()
+				one := "1"
+				parts := make([]*string, len(tk))
+				for i := range parts {
+					parts[i] = &one
+				}
+				if _, err := scDiff(ctx, tx, cs, []string{encodeKey(parts, nullable)}); err != nil {
 					return err
 				}
 				_, _, err := e.inFlight(ctx, tx, cd, cs)

@@ -156,7 +156,7 @@ func TestSCTamperedTarget(t *testing.T) {
 	}
 	for _, mode := range []string{"standard", "strict"} {
 		id, outcome := scCheck(t, c, "sc_orders_copy", mode)
-		if got, want := scDivergences(t, c, id), "extra_row 100 - -; cell 3 dbl 999 6; missing_row 5 - -"; outcome != "diverged" || got != want {
+		if got, want := scDivergences(t, c, id), "cell 3 dbl 999 6; missing_row 5 - -; extra_row 100 - -"; outcome != "diverged" || got != want {
 			t.Fatalf("%s copy: %s %q, want %q", mode, outcome, got, want)
 		}
 		id, outcome = scCheck(t, c, "sc_orders_sums", mode)
