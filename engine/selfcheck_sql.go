@@ -200,7 +200,7 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + itoa(i) + " DESC" }, ", ") +
 		" LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
 		"SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (" + join + ") j WHERE j.k IN (SELECT k FROM ks)) d ON true\n" +
-		`ORDER BY d.k COLLATE "C"`
+		"LEFT JOIN ks o ON o.k = d.k ORDER BY " + joinf(n, func(i int) string { return "o.p" + itoa(i) }, ", ")
 	// The re-check reads its keys ($1 renderings, $2.. their parts).
 	unnest := "unnest(" + joinf(n, func(i int) string { return "$" + itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
 	casts := joinf(n, func(i int) string { return "u.p" + itoa(i) + "::" + c.Key[i].Type }, ", ")

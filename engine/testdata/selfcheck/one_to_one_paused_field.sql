@@ -4,7 +4,7 @@ rec AS MATERIALIZED (SELECT r."id" AS p0, (r."id")::text AS k, r."a1"::text AS c
 ks AS (SELECT p0, k FROM (SELECT p0, k FROM tgt UNION SELECT p0, k FROM rec) u ORDER BY p0 LIMIT $3),
 b AS (SELECT (SELECT k FROM ks ORDER BY p0 DESC LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)
 SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra, tgt.c0 AS t0, rec.c0 AS r0 FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE tgt.k IS NULL OR rec.k IS NULL OR tgt.c0 IS DISTINCT FROM rec.c0) j WHERE j.k IN (SELECT k FROM ks)) d ON true
-ORDER BY d.k COLLATE "C";
+LEFT JOIN ks o ON o.k = d.k ORDER BY o.p0;
 
 -- item_calc: self-check diff
 WITH tgt AS MATERIALIZED (SELECT t."id" AS p0, (t."id")::text AS k, t."a1"::text AS c0 FROM (SELECT * FROM "public"."item_calc" AS t WHERE (t."id") IN (SELECT u.p0::text FROM unnest($2::text[]) AS u(p0)) AND (t."id")::text = ANY($1::text[])) t),
