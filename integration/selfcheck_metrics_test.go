@@ -59,4 +59,27 @@ func TestSCTransformMetrics(t *testing.T) {
 			t.Errorf("%s moved by %v, want at least 2", k, after[k]-before[k])
 		}
 	}
+
+	// An operator's pause and a column fuse, counted as the poller sees them.
+	execAll(t, conn, `TRANSFORM sc_m_two FROM sc_m SELECT amount / (cust + 1) AS per, amount + 1 AS up`,
+		`SELECT trellis.await_live('sc_m_two', 30000)`)
+	eventually(t, 30*time.Second, "the poller to see sc_m_two", func() bool {
+		after = scrape(t, h)
+		return after[`trellis_transform_status{status="live",transform="sc_m_two"}`] == 1
+	})
+	mid := after
+	execAll(t, conn, `PAUSE TRANSFORM sc_m_copy`)
+	eventually(t, 30*time.Second, "the poller to see the pause", func() bool {
+		return scrape(t, h)[`trellis_transform_status{status="paused",transform="sc_m_copy"}`] == 1
+	})
+	execAll(t, conn, `RESUME TRANSFORM sc_m_copy`, `SELECT trellis.await_live('sc_m_copy', 30000)`,
+		`UPDATE sc_m SET cust = -1 WHERE id <= 8`) // 8 rows fail on per: the fuse pauses it (at 5)
+	eventually(t, 30*time.Second, "the poller to see the fuse", func() bool {
+		after = scrape(t, h)
+		return after[`trellis_transform_column_fuses_total{transform="sc_m_two"}`] >= 1 &&
+			after[`trellis_transform_status{status="live",transform="sc_m_copy"}`] == 1
+	})
+	delta(t, mid, after, `trellis_transform_pauses_total{cause="operator",transform="sc_m_copy"}`, 1)
+	delta(t, mid, after, `trellis_transform_column_fuses_total{transform="sc_m_two"}`, 1)
+	delta(t, mid, after, `trellis_transform_pauses_total{cause="operator",transform="sc_m_two"}`, 0)
 }
