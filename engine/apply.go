@@ -526,6 +526,9 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	}
 	if !cd.c.Spec.IsAggregate() {
 		_, err := tx.Exec(ctx, cd.derive, args...)
+		if err == nil {
+			countRederived(ctx, cd.c.Spec.Target.Name, len(good)) // reported only if the page commits
+		}
 		return err
 	}
 	rows, err := tx.Query(ctx, cd.derive, args...)
@@ -539,7 +542,9 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	if err := tidyGroups(ctx, tx, cd, tids); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, cd.ledgerGC, good)
+	if _, err = tx.Exec(ctx, cd.ledgerGC, good); err == nil {
+		countRederived(ctx, cd.c.Spec.Target.Name, len(good))
+	}
 	return err
 }
 

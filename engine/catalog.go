@@ -14,7 +14,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 15
+const formatVersion = 16
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -254,6 +254,10 @@ ALTER TABLE {{S}}._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
 	`SELECT 1;`,
 	`SELECT 1;`,
 	`SELECT 1;`,
+	// 16: self-check jobs (selfcheck.go, surface §9): one row per job, its
+	// cursor and claim saved page by page, and its divergences. At most one
+	// queued or running job per definition.
+	selfCheckMigration,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {

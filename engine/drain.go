@@ -67,7 +67,11 @@ func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bo
 	if did || err != nil {
 		return did, err
 	}
-	return second(ctx, id)
+	if did, err := second(ctx, id); did || err != nil {
+		return did, err
+	}
+	// Self-checks run only when no page or build work is waiting.
+	return e.selfCheckStep(ctx, id)
 }
 
 type pageKey struct {
@@ -103,7 +107,7 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 	// loudly (§12.12 "Holdup", drain_failure).
 	e.log.Warn("page failed with nothing attributable; bucket held back", append([]any{"batch", at.batch, "bucket", at.bucket}, errAttrs(err)...)...)
 	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
-		last_sqlstate = nullif($4, ''), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
+		last_sqlstate = nullif($4, ''), failed_since = coalesce(failed_since, now()), failed_last = now(), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
 		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), at.batch, at.bucket, errMessage(err), codeOf(err))
 	return false, err
 }
@@ -155,10 +159,12 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	e.states.working(id, "draining", fmt.Sprintf("batch %d bucket %d", batch, bucket))
 	var waited time.Duration
 	t0 := time.Now()
-	perr := e.applyPage(ctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)
+	pctx, tally := withTally(ctx)
+	perr := e.applyPage(pctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)
 	if perr == nil {
 		perr = tx.Commit(ctx)
 		if perr == nil {
+			e.reportTally(tally, waited, t0) // per-transform figures (metrics_transform.go)
 			if waited > 0 {
 				// Its oldest change waited this long before the page read it,
 				// then for the page itself: capture to visible.
@@ -384,7 +390,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		state = "done"
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET after_table = $3, after_key = $4, state = $5, pages = pages + 1,
-		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL
+		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL, failed_since = NULL, failed_last = NULL
 		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, *lt, *lk, state); err != nil {
 		return err
 	}

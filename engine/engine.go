@@ -59,6 +59,7 @@ type Config struct {
 	FreshChunkSize     int           // keys per chunk of a fresh build (one statement; aggregates 4x), default 10 x BuildChunkSize
 	BuildStepBudget    time.Duration // a build step (plan, locked-path chunk, sweep, fresh 1-1 chunk) commits after about this long and goes on in the next transaction, default 25ms
 	RetireChunk        int           // log rows deleted per statement, default 10000
+	SelfCheckPageKeys  int           // keys per self-check page (surface §9.2), default 10000
 
 	Logger *slog.Logger
 	// Metrics receives seal, page and build-task events; nil means none.

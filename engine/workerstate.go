@@ -10,7 +10,7 @@ import (
 // proxy-answered trellis.proxy_workers (surface §11.1). It lives in memory
 // only: it describes this process, not the fleet.
 type WorkerState struct {
-	ID, Kind, State string // kind staging|drain; state standby|holding|idle|draining|building
+	ID, Kind, State string // kind staging|drain; state standby|holding|idle|draining|building|checking
 	Since           time.Time
 	// Detail is the work in hand, or the last done while the state stays
 	// (a page's "batch 1842 bucket 3", a build's "public.t chunk");

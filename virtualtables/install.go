@@ -67,7 +67,7 @@ func Install(ctx context.Context, db Beginner, schema string) error {
 // Storage relations are closed to PUBLIC every time (§2.5).
 func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 	opts.defaults()
-	script := render(surfaceSQL+quarantineSQL, opts)
+	script := render(surfaceSQL+quarantineSQL+selfCheckSQL, opts)
 	sum := sha256.Sum256([]byte(script))
 	hash := hex.EncodeToString(sum[:])
 

@@ -10,10 +10,10 @@ import (
 
 // apiObjects are the surface objects this version installs (surface §4).
 var apiObjects = []string{
-	"applied", "apply", "await_converged", "await_live", "capture_disruptions", "config", "converged", "define", "definitions",
+	"applied", "apply", "await_converged", "await_live", "await_self_check", "capture_disruptions", "config", "converged", "define", "definitions",
 	"detect_capture_disruptions", "dump_definitions_sql", "fleet", "fleet_workers", "has_live_drain_workers", "has_live_staging_worker",
 	"metrics_text", "migrate", "poisoned", "poisoned_since", "proxy_workers", "quarantine_status", "quarantined",
-	"quarantined_rows", "relationships", "release_key", "request_backfill", "sample_quarantined", "status", "try_await_converged",
+	"quarantined_rows", "relationships", "release_key", "request_backfill", "sample_quarantined", "self_check", "self_check_divergences", "self_checks", "status", "try_await_converged",
 	"watermark_token",
 }
 
@@ -88,7 +88,7 @@ func TestInstallIdempotentConcurrentAndNamesDisjoint(t *testing.T) {
 	open := queryStrings(t, pool, `SELECT c.relname::text FROM pg_class c, aclexplode(c.relacl) a
 		WHERE c.relnamespace = 'trellis'::regnamespace AND a.grantee = 0 ORDER BY 1`)
 	if !slices.Equal(open, []string{"capture_disruptions", "config", "definitions", "fleet_workers", "poisoned", "proxy_workers",
-		"quarantined", "quarantined_rows", "relationships", "status"}) {
+		"quarantined", "quarantined_rows", "relationships", "self_check_divergences", "self_checks", "status"}) {
 		t.Fatalf("relations open to PUBLIC after install: %v", open)
 	}
 

@@ -173,7 +173,7 @@ bf AS (    -- the most-retried failing task of each build
   FROM {{S}}._build_tasks t WHERE t.state <> 'done' AND t.last_error IS NOT NULL
   ORDER BY t.build_id, t.attempts DESC, t.id),
 df AS (    -- the oldest failing drain page of the instance
-  SELECT b.batch_seq, b.attempts, b.last_error, b.last_sqlstate, ba.snap
+  SELECT b.batch_seq, b.attempts, b.last_error, b.last_sqlstate, b.failed_since, b.failed_last, ba.snap
   FROM {{S}}._batch_buckets b JOIN {{S}}._batches ba ON ba.seq = b.batch_seq
   WHERE b.last_error IS NOT NULL AND b.state <> 'done' AND ba.state <> 'drained'
   ORDER BY b.batch_seq, b.bucket LIMIT 1),
@@ -210,7 +210,7 @@ x AS (
     CASE WHEN d.stored NOT IN ('paused', 'quarantined') AND df.batch_seq IS NOT NULL
               AND (SELECT t.tables FROM df_tables t) && ARRAY(SELECT r.table_name FROM {{S}}._definition_reads r WHERE r.definition_id = d.id)
       THEN jsonb_build_object('batch_seq', df.batch_seq, 'tables', to_jsonb((SELECT t.tables FROM df_tables t)),
-        'error', df.last_error, 'sqlstate', df.last_sqlstate, 'since', NULL, 'last_seen', NULL, 'attempts', df.attempts)
+        'error', df.last_error, 'sqlstate', df.last_sqlstate, 'since', {{S}}._jsontime(df.failed_since), 'last_seen', {{S}}._jsontime(df.failed_last), 'attempts', df.attempts)
       ELSE d.status_detail -> 'drain_failure' END AS drain_failure,
     pk.held_count, pk.oldest,
     pcol.cols AS paused_cols, pcol.first_col, pcol.first_error,

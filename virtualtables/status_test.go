@@ -89,6 +89,7 @@ func TestReflection(t *testing.T) {
 		"apply(statement text) SETOF trellis.applied",
 		"await_converged(token text, timeout_ms bigint) void",
 		"await_live(target text, timeout_ms bigint) text",
+		"await_self_check(id bigint, timeout_ms bigint) text",
 		"converged(token text) boolean",
 		"define(statement text) SETOF trellis.applied",
 		"detect_capture_disruptions() SETOF trellis.capture_disruptions",
@@ -102,6 +103,7 @@ func TestReflection(t *testing.T) {
 		"release_key(transform text, source_table text, key text) void",
 		"request_backfill(source_table text, only_target text) text[]",
 		"sample_quarantined(target text, after_cursor text, max_rows bigint) TABLE(src_table text, key text, error_message text, cursor text)",
+		"self_check(target text, timeout_ms bigint, mode text) SETOF trellis.self_checks",
 		"try_await_converged(token text, timeout_ms bigint) boolean",
 		"watermark_token() text",
 	}

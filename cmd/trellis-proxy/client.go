@@ -44,7 +44,8 @@ func runClient(sub string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&url, "d", url, "shorthand for --database-url")
 	fs.String("o", "", "dump: write to this file instead of stdout")
 	fs.Bool("no-pauses", false, "dump: leave out operator pauses")
-	fs.Bool("strict", false, "health: also fail on halts, hold-ups and capture disruptions")
+	fs.Bool("strict", false, "health: also fail on halts, hold-ups and capture disruptions; check: strict mode")
+	fs.Int64("timeout-ms", 30000, "check: bound of each convergence wait of a page")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, "Usage: trellis-proxy %s [-d URL] ...\n", sub)

@@ -82,6 +82,9 @@ func TestClientSubcommands(t *testing.T) {
 	if code, out, e := cli("dump"); code != 0 || !strings.Contains(strings.ReplaceAll(out, `"`, ""), "TRANSFORM public.ov FROM public.o") {
 		t.Fatalf("dump: %d %q %q", code, out, e)
 	}
+	if code, out, e := cli("check", "ov"); code != 0 || !strings.HasPrefix(out, "ov: converged (self-check ") {
+		t.Fatalf("check: %d %q %q", code, out, e)
+	}
 	if code, out, e := cli("health"); code != 0 || !strings.HasPrefix(out, "healthy") {
 		t.Fatalf("health: %d %q %q", code, out, e)
 	}

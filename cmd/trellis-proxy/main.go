@@ -39,14 +39,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 	case "migrate":
 		return runMigrate(args, stdout, stderr)
-	case "status", "dump", "apply", "health":
+	case "status", "dump", "apply", "health", "check":
 		return runClient(sub, args, stdout, stderr)
 	case "help":
 		fs, _ := newFlagSet(new(proxy.Config))
 		usage(fs, stdout)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "error: unknown subcommand %q (try serve, migrate, status, dump, apply, health, version or --help)\n", sub)
+		fmt.Fprintf(stderr, "error: unknown subcommand %q (try serve, migrate, status, dump, apply, health, check, version or --help)\n", sub)
 		return 2
 	}
 	cfg, code, ok := serveConfig(args, stdout, stderr)
@@ -199,6 +199,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
        trellis-proxy migrate [flags]     create or upgrade the catalog, then exit
        trellis-proxy status|dump|health [-d URL]
        trellis-proxy apply [-d URL] 'STATEMENT'
+       trellis-proxy check [-d URL] [--strict] [--timeout-ms N] TARGET   self-check a target
        trellis-proxy version
 
 Client commands connect to -d/--database-url or TRELLIS_DATABASE_URL

@@ -64,6 +64,8 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 			return err
 		}
 		return x.writeRow(fields, []any{"live"}, "SELECT 1")
+	case "await_self_check":
+		return x.awaitSelfCheck(ctx, c, args, fields)
 	case "apply", "define":
 		if len(args) != 1 || args[0] == nil {
 			return callShape(c, "trellis."+c.Func+"(statement text)")

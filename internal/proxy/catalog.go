@@ -38,6 +38,8 @@ type catalogPoller struct {
 	capturedRows float64
 	lastWarn     map[string]time.Time
 	since        map[string]time.Time // when a worker kind was first seen missing
+	pauses       map[[2]string]float64
+	fuses        map[string]float64
 }
 
 type transformSnap struct {
@@ -48,6 +50,8 @@ type transformSnap struct {
 	captureFailing          bool
 	lagRows                 int64
 	lagSeconds              float64
+	pauseCause              string // "" unless paused or quarantined (pause_metrics.go)
+	fused                   int64  // columns the column fuse paused
 }
 
 type catalogSnapshot struct {
@@ -65,6 +69,8 @@ type catalogSnapshot struct {
 	drainHoldups   int64
 	applied        float64
 	captured       float64
+	pauses         map[[2]string]float64 // (transform, cause) -> pauses seen (pause_metrics.go)
+	fuses          map[string]float64
 }
 
 func newCatalogPoller(pool *pgxpool.Pool, schema, processID string, interval time.Duration, log *slog.Logger) *catalogPoller {
@@ -93,6 +99,7 @@ func (p *catalogPoller) run(ctx context.Context) {
 		} else {
 			s.took = took
 			p.transitions(prev, s)
+			p.countPauses(prev, s)
 			p.snap.Store(s)
 			prev = s
 		}
@@ -131,7 +138,10 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 		FROM %[1]s._change_log c, d WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) GROUP BY c.src_table`, S))
 	b.Queue(fmt.Sprintf(`SELECT r.definition_id, r.table_name FROM %[1]s._definition_reads r`, S))
 	b.Queue(fmt.Sprintf(`SELECT s.target, s.status, coalesce(s.problem, ''), s.build_rows_done::float8, s.build_rows_estimated::float8,
-		coalesce((s.held_keys ->> 'held_count')::int8, 0), s.drain_failure IS NOT NULL, s.capture_failure IS NOT NULL, s.definition_id
+		coalesce((s.held_keys ->> 'held_count')::int8, 0), s.drain_failure IS NOT NULL, s.capture_failure IS NOT NULL, s.definition_id,
+		CASE WHEN s.status = 'quarantined' THEN 'quarantine' WHEN s.status <> 'paused' THEN ''
+		     WHEN s.capture_failure IS NOT NULL THEN 'capture_failure' ELSE 'operator' END,
+		(SELECT count(*) FROM %[1]s._paused_columns pc WHERE pc.definition_id = s.definition_id AND pc.local AND pc.last_error IS NOT NULL)::int8
 		FROM %[1]s.status s`, S))
 	b.Queue(fmt.Sprintf(`SELECT seq, row_count, state FROM %[1]s._batches`, S))
 	b.Queue(fmt.Sprintf(`SELECT %[1]s._catalog_version()::int8, %[1]s.has_live_staging_worker(),
@@ -186,7 +196,8 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 		var t transformSnap
 		var done, est *float64
 		var id int64
-		if err := rows.Scan(&t.target, &t.status, &t.problem, &done, &est, &t.held, &t.drainFailing, &t.captureFailing, &id); err != nil {
+		if err := rows.Scan(&t.target, &t.status, &t.problem, &done, &est, &t.held, &t.drainFailing, &t.captureFailing, &id,
+			&t.pauseCause, &t.fused); err != nil {
 			return nil, err
 		}
 		t.buildDone, t.buildEst = math.NaN(), math.NaN()
@@ -366,7 +377,7 @@ func (p *catalogPoller) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTransformStatus, descLagRows, descLagSeconds, descBuildDone, descBuildEst, descTransformHeld,
 		descDrainFailing, descCaptureFailing, descDefinitions, descHeldKeys, descStagingLive, descStagingHeld, descDrainLive,
 		descPendingBatches, descPendingChanges, descOldest, descDrainHoldups, descBuildsRunning, descCatalogVersion, descSealed,
-		descDrained, descCaptured, descApplied, descInstanceUp, descPollErrors, descPollSeconds, descPollAge} {
+		descDrained, descCaptured, descApplied, descInstanceUp, descPollErrors, descPollSeconds, descPollAge, descPauses, descFuses} {
 		ch <- d
 	}
 }
@@ -387,6 +398,7 @@ func (p *catalogPoller) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descPollSeconds, s.took.Seconds())
 	gauge(descPollAge, time.Since(s.at).Seconds())
+	s.collectPauses(ch)
 	byStatus := map[string]float64{}
 	var held, builds float64
 	for i := range s.transforms {

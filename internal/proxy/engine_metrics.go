@@ -20,6 +20,7 @@ type engineMetrics struct {
 	build     prometheus.Histogram
 	pageFails *prometheus.CounterVec
 	taskFails *prometheus.CounterVec
+	t         *transformMetrics // per transform (transform_metrics.go)
 }
 
 var workBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -40,6 +41,7 @@ func newEngineMetrics(reg prometheus.Registerer) *engineMetrics {
 			Help: "Build tasks that failed in this process, by SQLSTATE class."}, []string{"sqlstate_class"}),
 	}
 	reg.MustRegister(m.visible, m.seal, m.page, m.build, m.pageFails, m.taskFails)
+	m.t = newTransformMetrics(reg)
 	return m
 }
 

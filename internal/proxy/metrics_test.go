@@ -34,7 +34,10 @@ func TestDashboardMetricsExist(t *testing.T) {
 		have[mf.GetName()] = true
 	}
 	// Families only present after their first event.
-	for _, n := range []string{"trellis_proxy_call_seconds", "trellis_proxy_call_errors_total", "trellis_convergence_waits_total"} {
+	for _, n := range []string{"trellis_proxy_call_seconds", "trellis_proxy_call_errors_total", "trellis_convergence_waits_total",
+		"trellis_transform_commit_to_visible_seconds", "trellis_transform_keys_rederived_total",
+		"trellis_transform_self_check_pages_total", "trellis_transform_self_check_divergences_total",
+		"trellis_transform_pauses_total", "trellis_transform_column_fuses_total"} {
 		have[n] = true
 	}
 	raw, err := os.ReadFile("../../deploy/grafana/trellis-proxy.json")

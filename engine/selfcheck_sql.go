@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"strings"
+)
+
+// checkSQL is a self-check's comparison for one definition (D18 self-check):
+// the target's rows against a recompute of the definition that Postgres
+// evaluates straight from the source, both rendered as text and matched on
+// the target's key rendering (bytes, COLLATE "C").
+//
+// The recompute is rendered from the Spec's expressions with a plain
+// SELECT (1-1) or GROUP BY (aggregates), never from the write path's
+// generated SQL (ledger, accumulators, ON CONFLICT), so a bug there cannot
+// agree with itself. A JOIN target fits by rendering its own recompute
+// SELECT with the same output columns (k and c<i>).
+type checkSQL struct {
+	cols []string // compared target columns, in order (paused ones left out)
+	// page returns, for the page past the cursor $1 (NULL: the start) of $2
+	// keys, its last key and key count, then its differing rows (one row of
+	// NULLs when none). diff returns the differing rows among the keys $1.
+	page, diff string
+	// pending lists, in the comparison's snapshot, the source keys with a
+	// change the targets do not reflect yet (a logged change outside the
+	// last drained batch's snapshot, a held or deferred key); NULL stands
+	// for every key (a truncate or schema marker). groupsOf maps such
+	// source keys $1 to the target keys they touch (aggregates: the group
+	// the ledger files the key under and the group its source row is in).
+	pending, groupsOf string
+	// typed: pages walk the key columns' own order (the primary key index
+	// of source and target) instead of the rendering's, so a page reads
+	// only its keys; 1-1 targets with a non-null key.
+	typed bool
+	key   []keyCol
+}
+
+// pageArgs are the page statement's parameters for a cursor.
+func (cs *checkSQL) pageArgs(cursor *string, limit int64) []any {
+	if !cs.typed {
+		return []any{cursor, limit}
+	}
+	args := []any{cursor == nil}
+	var parts []*string
+	if cursor != nil {
+		parts, _ = decodeKey(*cursor, len(cs.key), false)
+	}
+	for i := range cs.key {
+		var p *string
+		if i < len(parts) {
+			p = parts[i]
+		}
+		args = append(args, p)
+	}
+	return append(args, limit)
+}
+
+// diffArgs are the re-check statement's parameters for keys.
+func (cs *checkSQL) diffArgs(keys []string) []any {
+	if !cs.typed {
+		return []any{keys}
+	}
+	args, _, _ := keyArgs(keys, cs.key, false)
+	return args
+}
+
+// selfCheckSQL renders the comparison, leaving out paused columns.
+func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
+	tk, nullable := c.targetIdentity()
+	src := c.source() + " AS " + ident(SourceAlias)
+	var recCols, cols []string
+	var recompute string
+	if !c.Spec.IsAggregate() {
+		for _, k := range c.Key {
+			recCols = append(recCols, ident(SourceAlias)+"."+ident(k.Name)+" AS "+ident(k.Name))
+		}
+		for _, f := range c.Spec.Fields {
+			if paused[f.Name] {
+				continue
+			}
+			cols = append(cols, f.Name)
+			recCols = append(recCols, "("+f.Expr+") AS "+ident(f.Name))
+		}
+		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src
+	} else {
+		var groups []string
+		for _, g := range c.Spec.GroupBy {
+			recCols = append(recCols, "("+g.Expr+") AS "+ident(g.Name))
+			groups = append(groups, "("+g.Expr+")")
+		}
+		for _, f := range c.Spec.Fields {
+			if paused[f.Name] {
+				continue
+			}
+			cols = append(cols, f.Name)
+			call := aggCall(f)
+			if f.Agg == AggJSONBAgg {
+				// The write path orders a jsonb_agg by the source key.
+				order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+				call = "jsonb_agg((" + f.Expr + ") ORDER BY " + order + ")"
+				if f.Cast != "" {
+					call = "(" + call + ")::" + f.Cast
+				}
+			}
+			recCols = append(recCols, call+" AS "+ident(f.Name))
+		}
+		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src + " GROUP BY " + strings.Join(groups, ", ")
+	}
+	side := func(from, alias string) string {
+		s := "SELECT " + keySQL(alias, tk, nullable) + " AS k"
+		for i, col := range cols {
+			s += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+		}
+		return s + " FROM " + from
+	}
+	ctes := func(filter string) string {
+		return "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.target()+" AS t", "t") + ") x WHERE " + filter + "),\n" +
+			"rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE " + filter + ")"
+	}
+	cs := &checkSQL{cols: cols}
+	if c.Spec.IsAggregate() {
+		var lg, sg []string
+		for i, g := range c.Spec.GroupBy {
+			lg = append(lg, "e.g"+itoa(i)+" AS "+ident(g.Name))
+			sg = append(sg, "("+g.Expr+") AS "+ident(g.Name))
+		}
+		cs.groupsOf = "SELECT " + keySQL("x", tk, nullable) + " FROM (SELECT " + strings.Join(lg, ", ") + " FROM " + c.ledger() +
+			" e WHERE e.k = ANY($1::text[]) AND e.member) x UNION SELECT " + keySQL("y", tk, nullable) + " FROM (SELECT " +
+			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
+	}
+	sel := `SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra`
+	var differs []string
+	for i := range cols {
+		ci := "c" + itoa(i)
+		sel += ", tgt." + ci + " AS t" + itoa(i) + ", rec." + ci + " AS r" + itoa(i)
+		differs = append(differs, "tgt."+ci+" IS DISTINCT FROM rec."+ci)
+	}
+	where := "tgt.k IS NULL OR rec.k IS NULL"
+	if len(differs) > 0 {
+		where += " OR " + strings.Join(differs, " OR ")
+	}
+	join := sel + ` FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE ` + where
+	// One pass over each side: the page's bound (the $2-th key past the
+	// cursor $1 of the union of both sides' keys) and its differing rows.
+	cs.page = "WITH " + ctes(`($1::text IS NULL OR x.k > $1 COLLATE "C")`) + `,
+ks AS (SELECT k FROM (SELECT k FROM tgt UNION SELECT k FROM rec) u ORDER BY k COLLATE "C" LIMIT $2),
+b AS (SELECT max(k COLLATE "C") AS hi, count(*) AS n FROM ks)
+SELECT b.hi, b.n, d.* FROM b LEFT JOIN (` + join + `) d ON d.k <= b.hi COLLATE "C"
+ORDER BY d.k COLLATE "C"`
+	cs.diff = "WITH " + ctes(`x.k = ANY($1::text[])`) + "\n" + join + `
+ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
+	if !c.Spec.IsAggregate() && !c.KeyNullable {
+		cs.typedPages(c, cols, join)
+	}
+	return cs
+}
+
+// typedPages renders a 1-1 target's page and re-check over the key
+// columns' order: each side reads its first $n+2 keys past the cursor
+// ($2.. its parts, $1 true at the start) through its primary key, so a
+// page costs its own keys, not the table. The comparison (join) is the
+// rendering-keyed one of the text pages.
+func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
+	cs.typed, cs.key = true, c.Key
+	n := len(c.Key)
+	keyList := func(alias string) string {
+		return joinf(n, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ")
+	}
+	params := joinf(n, func(i int) string { return "$" + itoa(i+2) + "::" + c.Key[i].Type }, ", ")
+	limit := "$" + itoa(n+2)
+	after := func(alias string) string { return "($1::boolean OR (" + keyList(alias) + ") > (" + params + "))" }
+	ps := joinf(n, func(i int) string { return "p" + itoa(i) }, ", ")
+	// out projects a side's rows: typed key parts, rendering, column texts.
+	out := func(alias, from string) string {
+		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + ident(c.Key[i].Name) + " AS p" + itoa(i) }, ", ") +
+			", " + keySQL(alias, c.Key, false) + " AS k"
+		for i, col := range cols {
+			q += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+		}
+		return q + " FROM " + from
+	}
+	src := c.source() + " AS " + ident(SourceAlias)
+	recCols := []string{keyList(ident(SourceAlias))}
+	for _, col := range cols {
+		for _, f := range c.Spec.Fields {
+			if f.Name == col {
+				recCols = append(recCols, "("+f.Expr+") AS "+ident(f.Name))
+			}
+		}
+	}
+	rec := func(where, tail string) string {
+		return out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+src+" WHERE "+where+tail+") r")
+	}
+	tgt := func(where, tail string) string {
+		return out("t", "(SELECT * FROM "+c.target()+" AS t WHERE "+where+tail+") t")
+	}
+	order := func(alias string) string { return " ORDER BY " + keyList(alias) + " LIMIT " + limit }
+	cs.page = "WITH tgt AS MATERIALIZED (" + tgt(after("t"), order("t")) + "),\n" +
+		"rec AS MATERIALIZED (" + rec(after(ident(SourceAlias)), order(ident(SourceAlias))) + "),\n" +
+		"ks AS (SELECT " + ps + ", k FROM (SELECT " + ps + ", k FROM tgt UNION SELECT " + ps + ", k FROM rec) u ORDER BY " + ps + " LIMIT " + limit + "),\n" +
+		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + itoa(i) + " DESC" }, ", ") +
+		" LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
+		"SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (" + join + ") j WHERE j.k IN (SELECT k FROM ks)) d ON true\n" +
+		"LEFT JOIN ks o ON o.k = d.k ORDER BY " + joinf(n, func(i int) string { return "o.p" + itoa(i) }, ", ")
+	// The re-check reads its keys ($1 renderings, $2.. their parts).
+	unnest := "unnest(" + joinf(n, func(i int) string { return "$" + itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
+	casts := joinf(n, func(i int) string { return "u.p" + itoa(i) + "::" + c.Key[i].Type }, ", ")
+	among := func(alias string) string {
+		return "(" + keyList(alias) + ") IN (SELECT " + casts + " FROM " + unnest + ") AND " + keySQL(alias, c.Key, false) + " = ANY($1::text[])"
+	}
+	cs.diff = "WITH tgt AS MATERIALIZED (" + tgt(among("t"), "") + "),\n" +
+		"rec AS MATERIALIZED (" + rec(among(ident(SourceAlias)), "") + ")\n" + join + `
+ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
+}
