@@ -119,10 +119,11 @@ func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
 		  d.build_started_at,
 		  CASE WHEN d.status = 'backfilling' THEN (SELECT coalesce(sum(t.rows_done), 0)::bigint FROM %[3]s t WHERE t.build_id = d.build_id AND t.state = 'done') END,
 		  d.build_rows_estimated,
-		  (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1),
+		  coalesce((SELECT pf.error FROM %[6]s pf WHERE pf.definition_id = d.id),
+		    (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1)),
 		  EXISTS (SELECT 1 FROM %[5]s w WHERE w.last_seen > now() - $1::interval)
 		FROM %[1]s d ORDER BY d.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), e.tbl("_build_tasks"),
-		e.tbl("_batch_buckets"), e.tbl("_workers")), fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds()))
+		e.tbl("_batch_buckets"), e.tbl("_workers"), e.tbl("_page_failures")), fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}
