@@ -142,3 +142,36 @@ func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
 	}
 	return err
 }
+
+// stagingFailed isolates one definition's failing staging step (D21): the
+// definition is paused with a named capture_failure and the pass goes on, so
+// a definition whose target vanished (dropped in its defining transaction)
+// cannot stop the staging worker; PAUSE and DROP TRANSFORM still find it by
+// name. A failure of the session itself ends the pass as before.
+func (e *Engine) stagingFailed(ctx context.Context, conn *pgx.Conn, d *defRow, step string, serr error) error {
+	if conn.IsClosed() || ctx.Err() != nil || transient(serr) {
+		return serr
+	}
+	e.log.Warn("a transform's staging step failed; the transform is paused", "definition", d.id, "target", d.c.TargetText,
+		"step", step, "sqlstate", codeOf(serr))
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', jsonb_build_object(
+		    'kind', 'staging_failure', 'step', $2::text, 'error', $3::text, 'sqlstate', nullif($4::text, ''), 'at', now()))
+		WHERE id = $1 AND status IN ('waiting_to_backfill', 'backfilling', 'live')`, e.tbl("_definitions")),
+		d.id, step, step+": "+errMessage(serr), codeOf(serr)); err != nil {
+		if transient(err) {
+			return nil // held by a client: the next pass tries again
+		}
+		return err
+	}
+	return tx.Commit(ctx)
+}

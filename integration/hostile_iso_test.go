@@ -201,3 +201,53 @@ func TestIsoPoisonedKeyAwait(t *testing.T) {
 		t.Fatalf("mallory's own wait over her held key: %v %v", mine, err)
 	}
 }
+
+// stagingAlive checks that the staging worker still brings a new
+// transform of the victim's live and keeps its writes converging.
+func (s *isoTenants) stagingAlive(t *testing.T, target string) {
+	t.Helper()
+	ctx := context.Background()
+	mustExec(t, s.victim, `TRANSFORM `+target+` FROM iso_vsrc SELECT v + 3 AS w3`)
+	var live string
+	if err := s.victim.QueryRow(ctx, `SELECT trellis.await_live($1, 20000)`, target).Scan(&live); err != nil {
+		t.Fatalf("the staging worker no longer brings a new transform live: %v", err)
+	}
+	s.victimConverges(t, `SELECT 1`, "")
+}
+
+func TestIsoTempTargetRefused(t *testing.T) {
+	s := isoSetup(t)
+	ctx := context.Background()
+	_, err := s.mal.Exec(ctx, `TRANSFORM pg_temp.iso_tt FROM iso_msrc SELECT v AS w`)
+	if err == nil {
+		t.Fatal("a target in pg_temp was accepted")
+	}
+	if pe := pgErrOf(t, err); pe.Code == "" || pe.Code == "XX000" {
+		t.Fatalf("pg_temp target: %s %s", pe.Code, pe.Message)
+	}
+	s.stagingAlive(t, "iso_vt2")
+}
+
+func TestIsoTargetDroppedInDefiningTransaction(t *testing.T) {
+	s := isoSetup(t)
+	ctx := context.Background()
+	tx, err := s.mal.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `TRANSFORM iso_gone FROM iso_msrc SELECT v AS w`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DROP TABLE iso_gone`); err != nil {
+		tx.Rollback(ctx)
+		t.Skipf("mallory cannot drop her target: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Skipf("the drop of a target in its defining transaction is refused at COMMIT: %v", err)
+	}
+	s.stagingAlive(t, "iso_vt2")
+	// Her definition can still be removed by name.
+	mustExec(t, s.mal, `PAUSE TRANSFORM iso_gone`)
+	mustExec(t, s.mal, `DROP TRANSFORM iso_gone`)
+	s.stagingAlive(t, "iso_vt3")
+}
