@@ -251,3 +251,14 @@ func TestIsoTargetDroppedInDefiningTransaction(t *testing.T) {
 	mustExec(t, s.mal, `DROP TRANSFORM iso_gone`)
 	s.stagingAlive(t, "iso_vt3")
 }
+
+func TestIsoStallRule(t *testing.T) {
+	s := isoSetup(t)
+	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT v + 1 AS w`, "iso_mt")
+	// An INSERT rule makes every INSERT ... ON CONFLICT into her target fail.
+	if _, err := s.mal.Exec(context.Background(), `CREATE RULE iso_rule AS ON INSERT TO iso_mt DO ALSO NOTIFY iso_rule`); err != nil {
+		t.Skipf("mallory cannot add a rule to her target: %v", err)
+	}
+	s.victimConverges(t, `UPDATE iso_msrc SET v = v + 1`, "")
+	s.malHeld(t, "iso_mt")
+}
