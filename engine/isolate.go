@@ -47,10 +47,24 @@ type pageShare struct {
 // any other failure holds this definition alone.
 func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta,
 	probe, truncate bool, ps pageShare) error {
+	if len(ks) == 0 && !truncate {
+		return nil // nothing to apply: no savepoint round trips
+	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_share"); err != nil {
 		return err
 	}
+	if d.failing {
+		// A held definition retried waits only briefly on its target's
+		// locks: its owner's open transaction must not cost every other
+		// transform's page the full lock wait at each retry.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '50ms'"); err != nil {
+			return err
+		}
+	}
 	err := e.applyShareIn(ctx, tx, d, ks, meta, probe, truncate)
+	if err == nil && d.failing {
+		_, err = tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds()))
+	}
 	if err == nil {
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_share"); err != nil {
 			return err
