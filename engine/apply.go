@@ -173,14 +173,14 @@ func (cd *compiledDef) generate() {
 		}
 		// Only the written columns decide whether a row changed: a paused
 		// column's excluded value is the default, never its stale value.
-		changed := "t *<> excluded"
-		if nf < len(c.Spec.Fields) {
-			written := func(alias string) string {
-				return "ROW(" + joinf(nk, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ") +
-					joinf(nf, func(i int) string { return ", " + alias + "." + ident(fields[i].Name) }, "") + ")"
-			}
-			changed = "record_image_ne(" + written("t") + ", " + written("excluded") + ")"
+		// Columns are qualified: a bare t or excluded would name a field
+		// of that name, not the row (D21: no field name may collide with
+		// the generated SQL's aliases).
+		written := func(alias string) string {
+			return "ROW(" + joinf(nk, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ") +
+				joinf(nf, func(i int) string { return ", " + alias + "." + ident(fields[i].Name) }, "") + ")"
 		}
+		changed := "record_image_ne(" + written("t") + ", " + written("excluded") + ")"
 		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),

@@ -21,12 +21,25 @@ func (e *Engine) WatermarkToken(ctx context.Context) (string, error) {
 // Converged answers at once whether every captured change at or below token
 // has reached its targets (poisoned keys count as not reached).
 func (e *Engine) Converged(ctx context.Context, token string) (bool, error) {
+	return e.ConvergedAs(ctx, token, "")
+}
+
+// ConvergedAs is Converged as seen by role viewer (empty: by the workers,
+// every transform): held and deferred keys count only for transforms whose
+// target viewer may read, so another role's held key never fails its wait
+// (D21). Changes not yet drained count for everyone: a page never waits on
+// one transform (drain.go applyShare).
+func (e *Engine) ConvergedAs(ctx context.Context, token, viewer string) (bool, error) {
 	var ok bool
-	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn)", e.tbl("_converged"))
-	if e.plant.convergedIsDrained {
-		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.tbl("_batches"))
+	var v *string
+	if viewer != "" {
+		v = &viewer
 	}
-	err := e.pool.QueryRow(ctx, q, token).Scan(&ok)
+	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn, $2::name)", e.tbl("_converged"))
+	if e.plant.convergedIsDrained {
+		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND ($2::name IS NULL OR $2::name IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.tbl("_batches"))
+	}
+	err := e.pool.QueryRow(ctx, q, token, v).Scan(&ok)
 	if codeOf(err) == "22P02" {
 		return false, pgerr.Newf(pgerr.InvalidParameterValue, "malformed watermark token %q", token).WithClass("validation", "BadToken")
 	}
@@ -37,11 +50,16 @@ func (e *Engine) Converged(ctx context.Context, token string) (bool, error) {
 // backoff (10 ms doubling to 250 ms) and re-checking when a batch drains.
 // It does not wait for builds: wait for status live first.
 func (e *Engine) AwaitConverged(ctx context.Context, token string, timeout time.Duration) error {
+	return e.AwaitConvergedAs(ctx, token, timeout, "")
+}
+
+// AwaitConvergedAs is AwaitConverged as seen by role viewer (ConvergedAs).
+func (e *Engine) AwaitConvergedAs(ctx context.Context, token string, timeout time.Duration, viewer string) error {
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
 	for first := true; ; first = false {
 		ch := e.drainedCh()
-		ok, err := e.Converged(ctx, token)
+		ok, err := e.ConvergedAs(ctx, token, viewer)
 		if err != nil {
 			return err
 		}
@@ -101,10 +119,11 @@ func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
 		  d.build_started_at,
 		  CASE WHEN d.status = 'backfilling' THEN (SELECT coalesce(sum(t.rows_done), 0)::bigint FROM %[3]s t WHERE t.build_id = d.build_id AND t.state = 'done') END,
 		  d.build_rows_estimated,
-		  (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1),
+		  coalesce((SELECT pf.error FROM %[6]s pf WHERE pf.definition_id = d.id),
+		    (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1)),
 		  EXISTS (SELECT 1 FROM %[5]s w WHERE w.last_seen > now() - $1::interval)
 		FROM %[1]s d ORDER BY d.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), e.tbl("_build_tasks"),
-		e.tbl("_batch_buckets"), e.tbl("_workers")), fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds()))
+		e.tbl("_batch_buckets"), e.tbl("_workers"), e.tbl("_page_failures")), fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}

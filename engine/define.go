@@ -136,6 +136,14 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		}
 	}
 
+	// A target in a temporary schema would vanish with the defining session
+	// and leave a definition nothing can build (D21).
+	if sch := spec.Target.Schema; sch == "pg_temp" || strings.HasPrefix(sch, "pg_temp_") || strings.HasPrefix(sch, "pg_toast_temp_") {
+		return nil, pgerr.Newf("3F000", "target %s is in a temporary schema", spec.Target).
+			WithHint("name a target in a permanent schema, e.g. %s", pgx.Identifier{e.cfg.TargetSchema, spec.Target.Name}.Sanitize()).
+			WithClass("validation", "TemporaryTarget")
+	}
+
 	// The target and its ledger must not exist.
 	var taken string
 	err = q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -317,26 +317,6 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		if err := e.deferKeys(ctx, tx, skipped, byTable, meta, truncated, tOrigin, tUnknown, tHop); err != nil {
 			return err
 		}
-		for _, t := range truncated {
-			for _, d := range defs {
-				if d.table == t {
-					// Wait out and hold off build chunks writing this definition, so
-					// the DELETEs below see every committed entry and group (a row a
-					// chunk inserted after the DELETE's snapshot would survive it).
-					if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.ledger()+", "+d.cd.c.target()+" IN EXCLUSIVE MODE"); err != nil {
-						return err
-					}
-					// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
-					// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
-					if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.target()); err != nil {
-						return err
-					}
-					if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.ledger()); err != nil {
-						return err
-					}
-				}
-			}
-		}
 		if e.log.Enabled(ctx, slog.LevelDebug) {
 			var rs []string
 			for _, d := range defs {
@@ -364,17 +344,8 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 				}
 				ks = kept
 			}
-			if probe {
-				if err := e.probeApply(ctx, tx, d, ks, meta); err != nil {
-					return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
-				}
-				continue
-			}
-			plain := make([]string, len(ks))
-			for i, k := range ks {
-				plain[i] = k.key
-			}
-			if err := e.applyKeys(ctx, tx, d.cd, plain); err != nil {
+			if err := e.applyShare(ctx, tx, d, ks, meta, probe, slices.Contains(truncated, d.table), pageShare{
+				truncated: truncated, tOrigin: tOrigin, tUnknown: tUnknown, tHop: tHop}); err != nil {
 				return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
 			}
 		}
@@ -418,8 +389,9 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 }
 
 type readerDef struct {
-	table string
-	cd    *compiledDef
+	table   string
+	cd      *compiledDef
+	failing bool // its share of an earlier page failed (_page_failures)
 }
 
 // skippedReader is an applying definition a page could not share-lock
@@ -452,10 +424,13 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		  SELECT d.id, d.version, d.compiled FROM %[1]s d
 		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live')
 		    AND NOT %[4]s
+		    AND NOT EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = d.id AND pf.next_attempt_at > now())
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
-		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled
+		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled,
+		  EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = cand.id)
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
-		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), fenceObject("c.id"), heapBuilding("d")), tables, e.fenceClass())
+		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), fenceObject("c.id"), heapBuilding("d"),
+		e.tbl("_page_failures")), tables, e.fenceClass())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -465,13 +440,14 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		c       []byte
 		table   string
 		paused  []string
+		failing bool
 	}
 	var rs []raw
 	var skipped []skippedReader
 	for rows.Next() {
 		var r raw
 		var got bool
-		if err := rows.Scan(&r.id, &r.table, &got, &r.version, &r.c); err != nil {
+		if err := rows.Scan(&r.id, &r.table, &got, &r.version, &r.c, &r.failing); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
@@ -508,7 +484,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, readerDef{table: r.table, cd: cd})
+		out = append(out, readerDef{table: r.table, cd: cd, failing: r.failing})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].cd.id < out[j].cd.id })
 	return out, skipped, nil
@@ -574,12 +550,16 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 		e.tbl("_deferred"), e.tbl("_definitions"))); err != nil {
 		return false, err
 	}
+	if err := e.pauseFailing(ctx, tx); err != nil {
+		return false, err
+	}
 	// A heap build's keys stay deferred until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH free AS (
 		  SELECT d.id, d.status IN ('backfilling', 'live') AS applying FROM %[1]s d
 		  WHERE d.id IN (SELECT c.id FROM (SELECT DISTINCT definition_id AS id FROM %[2]s) c
 		                 WHERE pg_try_advisory_xact_lock_shared($1, %[4]s))
 		    AND NOT %[5]s
+		    AND NOT EXISTS (SELECT 1 FROM %[6]s pf WHERE pf.definition_id = d.id AND pf.next_attempt_at > now())
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
 		moved AS (DELETE FROM %[2]s x USING free WHERE x.definition_id = free.id
 		  RETURNING x.definition_id, x.src_table, x.key, x.whole, x.origin_lsn, x.hop, free.applying),
@@ -587,7 +567,7 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 		  SELECT src_table, key, 'rederive', definition_id, origin_lsn, hop FROM moved WHERE applying AND NOT whole
 		  RETURNING 1)
 		SELECT DISTINCT definition_id FROM moved WHERE applying AND whole`, e.tbl("_definitions"), e.tbl("_deferred"), e.tbl("_change_log"),
-		fenceObject("c.id"), heapBuilding("d")), e.fenceClass())
+		fenceObject("c.id"), heapBuilding("d"), e.tbl("_page_failures")), e.fenceClass())
 	if err != nil {
 		return false, err
 	}

@@ -53,9 +53,12 @@ $fn$;
 CREATE OR REPLACE FUNCTION {{S}}._find_transform(bare text, OUT schema_name text, OUT table_name text, OUT owner_name text)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT n.nspname::text, c.relname::text, pg_get_userbyid(d.owner_role)::text
-  FROM {{S}}._definitions d JOIN pg_class c ON c.oid = d.target_oid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE c.relname = bare
+  -- A definition whose target is gone is still found by its recorded name,
+  -- so it can be paused and dropped (D21).
+  SELECT coalesce(n.nspname::text, d.compiled #>> '{spec,target,schema}'), coalesce(c.relname::text, d.compiled #>> '{spec,target,name}'),
+         pg_get_userbyid(d.owner_role)::text
+  FROM {{S}}._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') = bare
 $fn$;
 
 -- Records a definition whose target and ledger the caller just created.

@@ -192,9 +192,13 @@ func TestQuarantineUnattributableIsDrainFailure(t *testing.T) {
 		s, _ := e.StatusOf(t.Context(), TableName{Name: "c"})
 		return s != nil && s.DrainFailure != nil && strings.Contains(*s.DrainFailure, "maintenance")
 	})
+	// The failure holds this definition alone (D21), not the bucket.
 	var sqlstate string
-	if err := pool.QueryRow(t.Context(), `SELECT last_sqlstate FROM trellis._batch_buckets WHERE last_error IS NOT NULL LIMIT 1`).Scan(&sqlstate); err != nil || sqlstate != "55006" {
-		t.Fatalf("bucket sqlstate %q %v", sqlstate, err)
+	if err := pool.QueryRow(t.Context(), `SELECT sqlstate FROM trellis._page_failures`).Scan(&sqlstate); err != nil || sqlstate != "55006" {
+		t.Fatalf("held definition's sqlstate %q %v", sqlstate, err)
+	}
+	if n := count(t, pool, `SELECT 1 FROM trellis._batch_buckets WHERE last_error IS NOT NULL`); n != 0 {
+		t.Fatalf("%d buckets held back by one definition's failure", n)
 	}
 	if n := count(t, pool, `SELECT 1 FROM trellis._poison`); n != 0 {
 		t.Fatalf("unattributable failure poisoned %d keys", n)

@@ -385,14 +385,18 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		}
 		if ready {
 			if err := e.startBuild(ctx, conn, d.id); err != nil {
-				return false, err
+				if err := e.stagingFailed(ctx, conn, d, "starting its build", err); err != nil {
+					return false, err
+				}
 			}
 		}
 	}
 	for _, d := range defs {
 		if d.status == "backfilling" && d.buildID != nil {
 			if _, err := e.tryLive(ctx, conn, d.id, *d.buildID); err != nil {
-				return false, err
+				if err := e.stagingFailed(ctx, conn, d, "turning it live", err); err != nil {
+					return false, err
+				}
 			}
 		}
 	}

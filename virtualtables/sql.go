@@ -207,10 +207,19 @@ x AS (
       CASE WHEN d.status_detail ? 'halt' THEN jsonb_build_object('kind', 'halt') || (d.status_detail -> 'halt') END)
       AS capture_failure,
     d.status_detail -> 'capture_wait' AS capture_wait,
-    CASE WHEN d.stored NOT IN ('paused', 'quarantined') AND df.batch_seq IS NOT NULL
+    CASE WHEN d.stored NOT IN ('paused', 'quarantined') AND pf.definition_id IS NOT NULL
+      -- This transform's own share of a page failed: it alone is held (D21).
+      THEN jsonb_build_object('error', pf.error, 'sqlstate', pf.sqlstate, 'since', {{S}}._jsontime(pf.since),
+        'last_seen', {{S}}._jsontime(pf.last_at), 'attempts', pf.attempts, 'next_attempt_at', {{S}}._jsontime(pf.next_attempt_at),
+        'held', true)
+      WHEN d.stored NOT IN ('paused', 'quarantined') AND df.batch_seq IS NOT NULL
               AND (SELECT t.tables FROM df_tables t) && ARRAY(SELECT r.table_name FROM {{S}}._definition_reads r WHERE r.definition_id = d.id)
+      -- A whole page failing is not attributed to one transform: its text
+      -- may carry another role's rows, so only pg_monitor members read it.
       THEN jsonb_build_object('batch_seq', df.batch_seq, 'tables', to_jsonb((SELECT t.tables FROM df_tables t)),
-        'error', df.last_error, 'sqlstate', df.last_sqlstate, 'since', {{S}}._jsontime(df.failed_since), 'last_seen', {{S}}._jsontime(df.failed_last), 'attempts', df.attempts)
+        'error', CASE WHEN pg_has_role('pg_monitor', 'USAGE') THEN df.last_error
+                      ELSE 'a page of the changes this transform reads fails (its text is shown to pg_monitor members)' END,
+        'sqlstate', df.last_sqlstate, 'since', {{S}}._jsontime(df.failed_since), 'last_seen', {{S}}._jsontime(df.failed_last), 'attempts', df.attempts)
       ELSE d.status_detail -> 'drain_failure' END AS drain_failure,
     pk.held_count, pk.oldest,
     pcol.cols AS paused_cols, pcol.first_col, pcol.first_error,
@@ -222,6 +231,7 @@ x AS (
   LEFT JOIN pk ON pk.id = d.id
   LEFT JOIN pcol ON pcol.id = d.id
   LEFT JOIN df ON true
+  LEFT JOIN {{S}}._page_failures pf ON pf.definition_id = d.id
   CROSS JOIN fl)
 SELECT
   x.bare AS target,
@@ -380,7 +390,8 @@ BEGIN
       MESSAGE = 'convergence cannot be checked in a transaction that has written to captured tables',
       DETAIL = 'trellis: transaction/RefusedInTransaction', HINT = 'check after COMMIT';
   END IF;
-  RETURN {{S}}._converged(token::pg_lsn);
+  -- Another role's held keys do not fail this role's wait (D21).
+  RETURN {{S}}._converged(token::pg_lsn, session_user);
 END
 $fn$;
 

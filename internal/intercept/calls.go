@@ -35,7 +35,7 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 		if err := x.refuseWaitInTransaction(ctx, token); err != nil {
 			return err
 		}
-		err = x.i.cfg.Engine.AwaitConverged(ctx, token, timeout)
+		err = x.i.cfg.Engine.AwaitConvergedAs(ctx, token, timeout, x.s.User)
 		if c.Func == "try_await_converged" {
 			if pgerr.CodeOf(err) == pgerr.QueryCanceled && ctx.Err() == nil {
 				return x.writeRow(fields, []any{false}, "SELECT 1")

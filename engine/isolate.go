@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Per-definition failure isolation (D21). A page applies every reading
+// definition's share under its own savepoint. A share that fails with
+// anything the probe cannot attribute to rows (a trigger or rule on the
+// target raising, a value past the 1 GB field limit, a dropped ledger, a
+// lock wait on a target its owner holds locked, an error with a forged
+// SQLSTATE) is rolled back to that savepoint alone; its keys are deferred
+// for that definition (_deferred, as for a definition a client holds
+// locked) in the same transaction that advances the bucket, and the
+// definition is held (_page_failures) with a backoff. Every other share of
+// the page commits.
+//
+// Exactly once: the failed share's writes are undone whole by the rollback
+// to its savepoint, and its keys stay pending (convergence counts deferred
+// keys) until the staging worker stages them again as re-derivations,
+// which read the source live. Nothing is applied twice and nothing is lost.
+
+const (
+	// pageFailuresToPause is the failed attempt that pauses a held
+	// definition with a named drain_failure (surface §13 fuses).
+	pageFailuresToPause = 10
+	// pageRetrySQL is the next attempt of a held definition: 100 ms doubling
+	// to 30 s.
+	pageRetrySQL = `now() + least(interval '100 ms' * power(2, least(pf.attempts, 10)), interval '30 s')`
+)
+
+// pageShare is what a page knows of its truncates.
+type pageShare struct {
+	truncated []string
+	tOrigin   *string
+	tUnknown  bool
+	tHop      int16
+}
+
+// applyShare applies one definition's share of a page (its truncate, then
+// its keys) under a savepoint. A poisonous error outside a probe and a
+// ledger lock cut short end the page (the probe, or a retry, handles them);
+// any other failure holds this definition alone.
+func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta,
+	probe, truncate bool, ps pageShare) error {
+	if len(ks) == 0 && !truncate {
+		return nil // nothing to apply: no savepoint round trips
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_share"); err != nil {
+		return err
+	}
+	if d.failing {
+		// A held definition retried waits only briefly on its target's
+		// locks: its owner's open transaction must not cost every other
+		// transform's page the full lock wait at each retry.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '50ms'"); err != nil {
+			return err
+		}
+	}
+	err := e.applyShareIn(ctx, tx, d, ks, meta, probe, truncate)
+	if err == nil && d.failing {
+		_, err = tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds()))
+	}
+	if err == nil {
+		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_share"); err != nil {
+			return err
+		}
+		if d.failing {
+			_, err = tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE definition_id = $1`, e.tbl("_page_failures")), d.cd.id)
+		}
+		return err
+	}
+	if ctx.Err() != nil || errors.Is(err, errLockShort) || (!probe && poisonous(err)) {
+		return err
+	}
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_share"); rerr != nil {
+		return err
+	}
+	byTable := map[string][]pageKey{d.table: ks}
+	var truncated []string
+	if truncate {
+		truncated = []string{d.table}
+	}
+	if derr := e.deferKeys(ctx, tx, []skippedReader{{id: d.cd.id, table: d.table}}, byTable, meta,
+		truncated, ps.tOrigin, ps.tUnknown, ps.tHop); derr != nil {
+		return derr
+	}
+	var attempts int
+	if cerr := tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS pf (definition_id, attempts, error, sqlstate, next_attempt_at)
+		VALUES ($1, 1, $2, nullif($3, ''), now() + interval '100 ms')
+		ON CONFLICT (definition_id) DO UPDATE SET attempts = pf.attempts + 1, error = excluded.error,
+		  sqlstate = excluded.sqlstate, last_at = now(), next_attempt_at = `+pageRetrySQL+`
+		RETURNING attempts`, e.tbl("_page_failures")), d.cd.id, errMessage(err), codeOf(err)).Scan(&attempts); cerr != nil {
+		return cerr
+	}
+	// The text may carry row values: it goes to the catalog, shown only to
+	// roles that may read the transform, not to the log.
+	e.log.Warn("a transform's share of a page failed; its keys are held for it alone", "definition", d.cd.id,
+		"target", d.cd.c.TargetText, "sqlstate", codeOf(err), "attempts", attempts)
+	poke(e.wakePass)
+	return nil
+}
+
+func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta, probe, truncate bool) error {
+	if truncate {
+		// Wait out and hold off build chunks writing this definition, so
+		// the DELETEs below see every committed entry and group (a row a
+		// chunk inserted after the DELETE's snapshot would survive it).
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.ledger()+", "+d.cd.c.target()+" IN EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
+		// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.target()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.ledger()); err != nil {
+			return err
+		}
+	}
+	if probe {
+		return e.probeApply(ctx, tx, d, ks, meta)
+	}
+	plain := make([]string, len(ks))
+	for i, k := range ks {
+		plain[i] = k.key
+	}
+	return e.applyKeys(ctx, tx, d.cd, plain)
+}
+
+// pauseFailing pauses the applying definitions held for pageFailuresToPause
+// failed attempts, with a named drain_failure (its deferred keys are then
+// dropped: RESUME rebuilds). A definition row another transaction holds is
+// left for a later pass.
+func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH f AS (
+		  DELETE FROM %[1]s pf WHERE pf.attempts >= $1 AND pf.definition_id IN (
+		    SELECT d.id FROM %[2]s d WHERE d.status IN ('backfilling', 'live') FOR UPDATE SKIP LOCKED)
+		  RETURNING pf.*)
+		UPDATE %[2]s d SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('drain_failure', jsonb_build_object(
+		    'error', f.error, 'sqlstate', f.sqlstate, 'attempts', f.attempts, 'since', f.since, 'last_seen', f.last_at,
+		    'reason', 'its share of a page failed on every attempt', 'paused', true))
+		FROM f WHERE d.id = f.definition_id RETURNING d.id`, e.tbl("_page_failures"), e.tbl("_definitions")), pageFailuresToPause)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	for _, id := range ids {
+		e.log.Warn("transform paused: its share of a page failed on every attempt", "definition", id, "attempts", pageFailuresToPause)
+	}
+	return err
+}
+
+// stagingFailed isolates one definition's failing staging step (D21): the
+// definition is paused with a named capture_failure and the pass goes on, so
+// a definition whose target vanished (dropped in its defining transaction)
+// cannot stop the staging worker; PAUSE and DROP TRANSFORM still find it by
+// name. A failure of the session itself ends the pass as before.
+func (e *Engine) stagingFailed(ctx context.Context, conn *pgx.Conn, d *defRow, step string, serr error) error {
+	if conn.IsClosed() || ctx.Err() != nil || transient(serr) {
+		return serr
+	}
+	e.log.Warn("a transform's staging step failed; the transform is paused", "definition", d.id, "target", d.c.TargetText,
+		"step", step, "sqlstate", codeOf(serr))
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', jsonb_build_object(
+		    'kind', 'staging_failure', 'step', $2::text, 'error', $3::text, 'sqlstate', nullif($4::text, ''), 'at', now()))
+		WHERE id = $1 AND status IN ('waiting_to_backfill', 'backfilling', 'live')`, e.tbl("_definitions")),
+		d.id, step, step+": "+errMessage(serr), codeOf(serr)); err != nil {
+		if transient(err) {
+			return nil // held by a client: the next pass tries again
+		}
+		return err
+	}
+	return tx.Commit(ctx)
+}
