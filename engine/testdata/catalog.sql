@@ -175,7 +175,26 @@ ALTER TABLE "trellis"._build_tasks DROP CONSTRAINT _build_tasks_kind_check,
 -- migration 12
 SELECT 1;
 -- migration 13
-SELECT 1;
+CREATE TABLE "trellis"._page_failures (
+  definition_id bigint PRIMARY KEY,
+  attempts int NOT NULL DEFAULT 0, error text, sqlstate text,
+  since timestamptz NOT NULL DEFAULT now(), last_at timestamptz NOT NULL DEFAULT now(),
+  next_attempt_at timestamptz);
+CREATE FUNCTION "trellis"._converged(token pg_lsn, viewer name) RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH d AS (SELECT snap FROM "trellis"._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+  SELECT NOT EXISTS (SELECT 1 FROM "trellis"._change_log c, d
+                     WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
+                       AND NOT pg_visible_in_snapshot(c.txid, d.snap))
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._poison p
+                     WHERE (p.origin_lsn IS NULL OR p.origin_lsn <= token)
+                       AND (viewer IS NULL OR EXISTS (SELECT 1 FROM "trellis"._definitions v WHERE v.id = p.definition_id
+                            AND has_table_privilege(viewer, v.target_oid, 'SELECT'))))
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._deferred x
+                     WHERE (x.origin_lsn IS NULL OR x.origin_lsn <= token)
+                       AND (viewer IS NULL OR EXISTS (SELECT 1 FROM "trellis"._definitions v WHERE v.id = x.definition_id
+                            AND has_table_privilege(viewer, v.target_oid, 'SELECT'))));
+$fn$;
 -- migration 14
 SELECT 1;
 -- migration 15
@@ -242,9 +261,12 @@ $fn$;
 CREATE OR REPLACE FUNCTION "trellis"._find_transform(bare text, OUT schema_name text, OUT table_name text, OUT owner_name text)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT n.nspname::text, c.relname::text, pg_get_userbyid(d.owner_role)::text
-  FROM "trellis"._definitions d JOIN pg_class c ON c.oid = d.target_oid JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE c.relname = bare
+  -- A definition whose target is gone is still found by its recorded name,
+  -- so it can be paused and dropped (D21).
+  SELECT coalesce(n.nspname::text, d.compiled #>> '{spec,target,schema}'), coalesce(c.relname::text, d.compiled #>> '{spec,target,name}'),
+         pg_get_userbyid(d.owner_role)::text
+  FROM "trellis"._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid LEFT JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') = bare
 $fn$;
 
 -- Records a definition whose target and ledger the caller just created.

@@ -468,7 +468,7 @@ live AS (SELECT u.k AS __k, "__s"."kind" AS __p0, ("__s"."total" * 2) AS __f0 FR
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
 up AS (INSERT INTO "public"."kind_labels" AS t ("kind", "doubled") SELECT __p0, __f0 FROM live ORDER BY __k COLLATE "C"
        ON CONFLICT ("kind") DO UPDATE SET "kind" = excluded."kind", "doubled" = excluded."doubled"
-       WHERE t *<> excluded RETURNING 1),
+       WHERE record_image_ne(ROW(t."kind", t."doubled"), ROW(excluded."kind", excluded."doubled")) RETURNING 1),
 del AS (DELETE FROM "public"."kind_labels" AS t USING gone WHERE (t."kind" = gone.p0::text OR (t."kind" IS NULL AND gone.p0 IS NULL)) AND (CASE WHEN num_nulls(t."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', t."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) = gone.k COLLATE "C" RETURNING 1)
 DELETE FROM "public"."kind_labels__ledger" e USING gone WHERE e.k = gone.k;
 

@@ -203,7 +203,7 @@ live AS (SELECT u.k AS __k, "__s"."order_id" AS __p0, "__s"."line" AS __p1, (low
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
 up AS (INSERT INTO "public"."line_skus" AS t ("order_id", "line", "sku_lc", "twice") SELECT __p0, __p1, __f0, __f1 FROM live ORDER BY __k COLLATE "C"
        ON CONFLICT ("order_id", "line") DO UPDATE SET "order_id" = excluded."order_id", "line" = excluded."line", "sku_lc" = excluded."sku_lc", "twice" = excluded."twice"
-       WHERE t *<> excluded RETURNING 1),
+       WHERE record_image_ne(ROW(t."order_id", t."line", t."sku_lc", t."twice"), ROW(excluded."order_id", excluded."line", excluded."sku_lc", excluded."twice")) RETURNING 1),
 del AS (DELETE FROM "public"."line_skus" AS t USING gone WHERE t."order_id" = gone.p0::bigint AND t."line" = gone.p1::integer AND (CASE WHEN num_nulls(t."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', t."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(t."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', t."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) = gone.k COLLATE "C" RETURNING 1)
 DELETE FROM "public"."line_skus__ledger" e USING gone WHERE e.k = gone.k;
 

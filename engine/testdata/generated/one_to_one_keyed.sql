@@ -200,7 +200,7 @@ live AS (SELECT u.k AS __k, "__s"."id" AS __p0, ("__s"."price" + "__s"."tax") AS
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
 up AS (INSERT INTO "public"."order_totals" AS t ("id", "total", "loud") SELECT __p0, __f0, __f1 FROM live ORDER BY __k COLLATE "C"
        ON CONFLICT ("id") DO UPDATE SET "id" = excluded."id", "total" = excluded."total", "loud" = excluded."loud"
-       WHERE t *<> excluded RETURNING 1),
+       WHERE record_image_ne(ROW(t."id", t."total", t."loud"), ROW(excluded."id", excluded."total", excluded."loud")) RETURNING 1),
 del AS (DELETE FROM "public"."order_totals" AS t USING gone WHERE t."id" = gone.p0::bigint AND (t."id")::text = gone.k COLLATE "C" RETURNING 1)
 DELETE FROM "public"."order_totals__ledger" e USING gone WHERE e.k = gone.k;
 
