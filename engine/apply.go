@@ -505,21 +505,19 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 		e.log.Warn("undecodable keys skipped", "definition", cd.id, "count", len(bad))
 	}
 	good := args[0].([]string)
-	if !e.plant.noEntryLock {
-		locked := false
-		for attempt := 0; attempt < 5 && !locked; attempt++ {
-			if _, err := tx.Exec(ctx, cd.lockInsert, good); err != nil {
-				return err
-			}
-			var n int
-			if err := tx.QueryRow(ctx, cd.lockSelect, good).Scan(&n); err != nil {
-				return err
-			}
-			locked = n == len(good)
+	locked := false
+	for attempt := 0; attempt < 5 && !locked; attempt++ {
+		if _, err := tx.Exec(ctx, cd.lockInsert, good); err != nil {
+			return err
 		}
-		if !locked {
-			return errLockShort
+		var n int
+		if err := tx.QueryRow(ctx, cd.lockSelect, good).Scan(&n); err != nil {
+			return err
 		}
+		locked = n == len(good)
+	}
+	if !locked {
+		return errLockShort
 	}
 	if e.plant.pageHook != nil {
 		e.plant.pageHook("locked " + cd.c.Spec.Target.Name)

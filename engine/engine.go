@@ -144,7 +144,6 @@ type Engine struct {
 
 // plants are deliberate bugs the differential test arms to prove it can fail.
 type plants struct {
-	noEntryLock         bool // re-derive without the ledger lock (H2)
 	dropEveryNthKey     int  // skip one key in n on pages
 	convergedIsDrained  bool // answer convergence from batch states (H3)
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
