@@ -157,3 +157,50 @@ func TestLockMetricsSameNameTwoSchemas(t *testing.T) {
 		return code == 200 && strings.Contains(body, `transform="public.lock_dup"`) && strings.Contains(body, `transform="lock_s2.lock_dup"`)
 	})
 }
+
+// await_live and metrics_text answer lock_mallory only about transforms she
+// may see: the victim's does not exist for her, her own does.
+func TestLockObservationScoped(t *testing.T) {
+	db := obsDB(t)
+	a := startObs(t, db, "lock-a", nil)
+	waitReady(t, a)
+	ctx := context.Background()
+	victim := connectURL(t, a.url("postgres", "", db, ""))
+	execAll(t, victim,
+		"CREATE TABLE lock_vsrc (id int PRIMARY KEY, v int)",
+		"INSERT INTO lock_vsrc SELECT g, g FROM generate_series(1, 10) g",
+		"TRANSFORM lock_victim FROM lock_vsrc SELECT v AS w",
+	)
+	var st string
+	if err := victim.QueryRow(ctx, "SELECT trellis.await_live('lock_victim', 30000)").Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	lockMallory(t, db, "")
+	m := connectURL(t, a.url("lock_mallory", "", db, ""))
+	execAll(t, m,
+		"CREATE TABLE lock_msrc (id int PRIMARY KEY, v int)",
+		"TRANSFORM lock_mine FROM lock_msrc SELECT v AS w",
+	)
+	if err := m.QueryRow(ctx, "SELECT trellis.await_live('lock_mine', 30000)").Scan(&st); err != nil {
+		t.Fatalf("await_live of her own transform: %v", err)
+	}
+	err := m.QueryRow(ctx, "SELECT trellis.await_live('lock_victim', 1000)").Scan(&st)
+	if pe := pgErrOf(t, err); pe.Code != "42704" {
+		t.Fatalf("await_live('lock_victim') as lock_mallory: %s %s", pe.Code, pe.Message)
+	}
+	eventually(t, 30*time.Second, "metrics_text to list lock_mine", func() bool {
+		var text string
+		if err := m.QueryRow(ctx, "SELECT trellis.metrics_text()").Scan(&text); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(text, `transform="lock_victim"`) {
+			t.Fatalf("metrics_text() shows lock_mallory the victim's transform")
+		}
+		return strings.Contains(text, `transform="lock_mine"`)
+	})
+	var n int
+	if err := m.QueryRow(ctx, "SELECT count(*) FROM trellis.status WHERE target = 'lock_victim'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("trellis.status shows lock_mallory %d rows of the victim's transform (%v)", n, err)
+	}
+	lockNoRoleGained(t, db)
+}

@@ -60,6 +60,9 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 		if err := x.refuseSnapshotWait(ctx); err != nil {
 			return err
 		}
+		if err := x.refuseInvisibleTransform(ctx, *args[0]); err != nil {
+			return err
+		}
 		if err := x.i.cfg.Engine.AwaitLive(ctx, engine.TableName{Name: *args[0]}, timeout); err != nil {
 			return err
 		}
@@ -73,6 +76,10 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 		text := ""
 		if x.i.cfg.MetricsText != nil {
 			text = x.i.cfg.MetricsText()
+		}
+		text, err := x.scopeMetricsText(ctx, text)
+		if err != nil {
+			return err
 		}
 		return x.writeRow(fields, []any{text}, "SELECT 1")
 	case "migrate":

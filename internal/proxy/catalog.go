@@ -42,7 +42,7 @@ type catalogPoller struct {
 
 type transformSnap struct {
 	target, status, problem string
-	table                   string // schema-qualified target
+	table                   string  // schema-qualified target
 	buildDone, buildEst     float64 // NaN when no build runs / no estimate
 	held                    int64
 	drainFailing            bool
