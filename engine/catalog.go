@@ -306,7 +306,7 @@ func catalogErr(format string, args ...any) *pgerr.Error {
 
 // Migrate creates or upgrades the instance's catalog schema. It is
 // idempotent and safe to run from several processes at once (it serializes
-// on an advisory lock).
+// on a lock of the catalog, locks.go).
 func (e *Engine) Migrate(ctx context.Context) error {
 	if e.cfg.Schema == "public" || e.cfg.Schema == "pg_catalog" || strings.HasPrefix(e.cfg.Schema, "pg_") {
 		return catalogErr("schema %q cannot be a Trellis catalog schema", e.cfg.Schema).WithHint("choose a dedicated schema, e.g. trellis")
@@ -319,7 +319,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("trellis-migrate")); err != nil {
+	if err := e.migrateLock(ctx, tx); err != nil {
 		return err
 	}
 	others, err := e.otherInstances(ctx, tx)

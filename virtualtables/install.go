@@ -76,10 +76,6 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	// Concurrent GRANTs on one object fail with "tuple concurrently updated".
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("trellis-surface:"+opts.Schema)); err != nil {
-		return err
-	}
 	var marker bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname = '_instance')`, opts.Schema).Scan(&marker); err != nil {
@@ -90,6 +86,13 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 			WithHint("run the catalog migration (engine Migrate) first")
 	}
 	s := ident(opts.Schema)
+	// Concurrent GRANTs on one object fail with "tuple concurrently updated".
+	// The catalog's mutex, not an advisory key any role could hold (engine
+	// locks.go): SHARE UPDATE EXCLUSIVE conflicts with no lock a tenant can
+	// take on a table she has no privilege on.
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s+"._instance IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s._surface (
 		singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
 		version int NOT NULL, script_hash text NOT NULL, objects text NOT NULL,

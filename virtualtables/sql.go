@@ -77,11 +77,13 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- The session holding the staging lock, read as the workers' role, which
--- owns it, so its application_name is visible to every caller.
+-- owns it, so its application_name is visible to every caller. Only a
+-- backend of the workers' role counts: any role can take an advisory key
+-- and set any application_name, but not log in as the workers.
 CREATE FUNCTION {{S}}._staging_holder(OUT pid int4, OUT application_name text, OUT backend_start timestamptz)
 RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT l.pid, a.application_name, a.backend_start
-  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid AND a.usename = {{S}}._instance_worker_role()
   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND ((l.classid::int8 << 32) | l.objid::int8) = {{STAGING_KEY}}
@@ -100,10 +102,12 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT format_version FROM {{S}}._instance
 $fn$;
 
--- §7.3 fleet liveness.
+-- §7.3 fleet liveness: the staging key held by a backend of the workers'
+-- role (usename, which no other role can forge).
 CREATE FUNCTION {{S}}.has_live_staging_worker() RETURNS boolean LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT EXISTS (SELECT 1 FROM pg_locks l
+    JOIN pg_stat_activity a ON a.pid = l.pid AND a.usename = {{S}}._instance_worker_role()
     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
       AND ((l.classid::int8 << 32) | l.objid::int8) = {{STAGING_KEY}})

@@ -60,6 +60,9 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 		if err := x.refuseSnapshotWait(ctx); err != nil {
 			return err
 		}
+		if err := x.refuseInvisibleTransform(ctx, *args[0]); err != nil {
+			return err
+		}
 		if err := x.i.cfg.Engine.AwaitLive(ctx, engine.TableName{Name: *args[0]}, timeout); err != nil {
 			return err
 		}
@@ -76,6 +79,10 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 		if x.i.cfg.MetricsText != nil {
 			text = x.i.cfg.MetricsText()
 		}
+		text, err := x.scopeMetricsText(ctx, text)
+		if err != nil {
+			return err
+		}
 		return x.writeRow(fields, []any{text}, "SELECT 1")
 	case "migrate":
 		if x.up.TxStatus() != 'I' || x.wrapped {
@@ -84,6 +91,9 @@ func (x *execution) call(ctx context.Context, u *router.Unit) error {
 		}
 		if x.i.cfg.Migrate == nil {
 			return pgerr.New(pgerr.FeatureNotSupported, "this proxy cannot migrate its catalog")
+		}
+		if err := x.refuseNonWorkerMigrate(ctx); err != nil {
+			return err
 		}
 		report, err := x.i.cfg.Migrate(ctx)
 		if err != nil {
@@ -279,4 +289,21 @@ func (x *execution) applyText(ctx context.Context, fn, text string) error {
 func callShape(c *router.Call, signature string) error {
 	return pgerr.Newf(pgerr.UndefinedFunction, "trellis.%s: wrong arguments", c.Func).
 		WithClass("unsupported", "CallShape").WithHint("call it as %s", signature)
+}
+
+// refuseNonWorkerMigrate keeps trellis.migrate() to the workers' role, its
+// members and superusers: the migration runs as the workers, so any other
+// caller would make them take catalog locks and run DDL on her say.
+func (x *execution) refuseNonWorkerMigrate(ctx context.Context) error {
+	res, err := x.up.Query(ctx, "SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)"+
+		" OR pg_catalog.pg_has_role(current_user, "+quoteIdent(x.i.cfg.Schema)+"._instance_worker_role(), 'MEMBER')")
+	if err != nil {
+		return err
+	}
+	if len(res.Rows) == 1 && string(res.Rows[0][0]) == "t" {
+		return nil
+	}
+	return pgerr.New(pgerr.InsufficientPrivilege, "permission denied for trellis.migrate()").
+		WithClass("permission", "NotWorkerRole").
+		WithHint("call it as the workers' role, a member of it, or a superuser")
 }

@@ -44,6 +44,7 @@ type catalogPoller struct {
 
 type transformSnap struct {
 	target, status, problem string
+	table                   string  // schema-qualified target
 	buildDone, buildEst     float64 // NaN when no build runs / no estimate
 	held                    int64
 	drainFailing            bool
@@ -137,7 +138,7 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 		SELECT c.src_table, sum(coalesce(cardinality(c.keys), 1))::int8, extract(epoch FROM now() - min(c.staged_at))::float8
 		FROM %[1]s._change_log c, d WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) GROUP BY c.src_table`, S))
 	b.Queue(fmt.Sprintf(`SELECT r.definition_id, r.table_name FROM %[1]s._definition_reads r`, S))
-	b.Queue(fmt.Sprintf(`SELECT s.target, s.status, coalesce(s.problem, ''), s.build_rows_done::float8, s.build_rows_estimated::float8,
+	b.Queue(fmt.Sprintf(`SELECT s.target, s.target_table, s.status, coalesce(s.problem, ''), s.build_rows_done::float8, s.build_rows_estimated::float8,
 		coalesce((s.held_keys ->> 'held_count')::int8, 0), s.drain_failure IS NOT NULL, s.capture_failure IS NOT NULL, s.definition_id,
 		CASE WHEN s.status = 'quarantined' THEN 'quarantine' WHEN s.status <> 'paused' THEN ''
 		     WHEN s.capture_failure IS NOT NULL THEN 'capture_failure' ELSE 'operator' END,
@@ -196,7 +197,7 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 		var t transformSnap
 		var done, est *float64
 		var id int64
-		if err := rows.Scan(&t.target, &t.status, &t.problem, &done, &est, &t.held, &t.drainFailing, &t.captureFailing, &id,
+		if err := rows.Scan(&t.target, &t.table, &t.status, &t.problem, &done, &est, &t.held, &t.drainFailing, &t.captureFailing, &id,
 			&t.pauseCause, &t.fused); err != nil {
 			return nil, err
 		}
@@ -218,6 +219,7 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	uniqueLabels(s.transforms)
 	sort.Slice(s.transforms, func(i, j int) bool { return s.transforms[i].target < s.transforms[j].target })
 
 	type batch struct {
@@ -445,4 +447,20 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// uniqueLabels names each transform by its bare target name, as dashboards
+// know it, unless another transform in another schema shares that name: then
+// both go by their qualified names, since two series with one label set make
+// the whole scrape fail.
+func uniqueLabels(ts []transformSnap) {
+	n := map[string]int{}
+	for _, t := range ts {
+		n[t.target]++
+	}
+	for i := range ts {
+		if n[ts[i].target] > 1 && ts[i].table != "" {
+			ts[i].target = ts[i].table
+		}
+	}
 }

@@ -1,0 +1,50 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Locks a tenant cannot take (D21, docs/security.md "Locks and liveness").
+//
+// Advisory locks have no privileges: any role that can connect takes any
+// key, and pg_locks shows every held key to every role, so neither a
+// predictable nor a secret-derived key keeps a tenant out (she reads the key
+// from pg_locks while a worker holds it). A relation lock is checked: LOCK
+// TABLE needs UPDATE/DELETE/TRUNCATE on the table for the modes above ROW
+// EXCLUSIVE. What a role may take on a table it has no privilege on is
+// what parsing a statement takes before the executor checks privileges
+// (ACCESS SHARE, ROW SHARE, ROW EXCLUSIVE, held to the end of her
+// transaction by PREPARE), and ACCESS SHARE through pg_relation_size(oid).
+// SHARE UPDATE EXCLUSIVE conflicts with itself and with none of those, so
+// it is a mutex only the catalog's owner can hold.
+
+// migrateLock serializes catalog migrations. Once the catalog exists the
+// lock is SHARE UPDATE EXCLUSIVE on its _instance table. Before that (the
+// very first migration in a database, or a new schema) there is no table to
+// lock and the migration serializes on the database-wide advisory key, as
+// it always did: a role holding that key can delay the creation of a new
+// catalog (documented), not the migration of an existing one.
+func (e *Engine) migrateLock(ctx context.Context, tx pgx.Tx) error {
+	locked, err := e.lockInstanceTable(ctx, tx)
+	if err != nil || locked {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("trellis-migrate")); err != nil {
+		return err
+	}
+	// Another process may have created the catalog while we waited.
+	_, err = e.lockInstanceTable(ctx, tx)
+	return err
+}
+
+// lockInstanceTable takes the catalog's mutex if the catalog exists.
+func (e *Engine) lockInstanceTable(ctx context.Context, tx pgx.Tx) (bool, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", ident(e.cfg.Schema)+"._instance").Scan(&exists); err != nil || !exists {
+		return false, err
+	}
+	_, err := tx.Exec(ctx, "LOCK TABLE "+e.tbl("_instance")+" IN SHARE UPDATE EXCLUSIVE MODE")
+	return err == nil, err
+}

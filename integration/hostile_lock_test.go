@@ -1,0 +1,206 @@
+package integration
+
+// Hostile role vs Trellis's locks and liveness (issue 14 items 8 and 10):
+// lock_mallory has only CONNECT and CREATE on public and connects directly
+// to Postgres. She takes the advisory keys she can compute and forges a
+// worker's application_name; she must not keep a proxy from starting, make
+// /readyz or trellis.fleet report her as the staging worker, run
+// trellis.migrate(), or make /metrics fail.
+
+import (
+	"context"
+	"hash/fnv"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
+	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
+)
+
+// lockKey is the engine's advisory key of a name (FNV-1a 64): what any
+// role that has read the source can compute.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+// lockMallory creates lock_mallory (cluster-wide, once) with CONNECT on db
+// and CREATE on its public schema, and connects her directly to db.
+func lockMallory(t *testing.T, db, appName string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	admin := connectURL(t, pgcluster.ForTest(t).URL(db))
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lock_mallory')
+		THEN CREATE ROLE lock_mallory LOGIN; END IF; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, admin, "GRANT CONNECT ON DATABASE "+db+" TO lock_mallory", "GRANT CREATE ON SCHEMA public TO lock_mallory")
+	u, err := url.Parse(pgcluster.ForTest(t).URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User("lock_mallory")
+	q := u.Query()
+	if appName != "" {
+		q.Set("application_name", appName)
+	}
+	u.RawQuery = q.Encode()
+	return connectURL(t, u.String())
+}
+
+// lockNoRoleGained checks that mallory is still an ordinary role.
+func lockNoRoleGained(t *testing.T, db string) {
+	t.Helper()
+	admin := connectURL(t, pgcluster.ForTest(t).URL(db))
+	var super, createrole bool
+	if err := admin.QueryRow(context.Background(), "SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = 'lock_mallory'").
+		Scan(&super, &createrole); err != nil || super || createrole {
+		t.Fatalf("lock_mallory gained a role attribute: super=%v createrole=%v %v", super, createrole, err)
+	}
+}
+
+// Mallory holds the migrate key: a second proxy still starts and migrates,
+// and trellis.migrate() through it works for the workers' role.
+func TestLockMigrateKeyHeld(t *testing.T) {
+	db := obsDB(t)
+	a := startObs(t, db, "lock-a", nil)
+	waitReady(t, a)
+	m := lockMallory(t, db, "")
+	ctx := context.Background()
+	if _, err := m.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey("trellis-migrate")); err != nil {
+		t.Fatal(err)
+	}
+	// On the base commit this start hangs in Migrate behind her key.
+	b := startObs(t, db, "lock-b", func(c *proxy.Config) { c.Staging = "off" })
+	c := connectURL(t, b.url("postgres", "", db, ""))
+	var report string
+	if err := c.QueryRow(ctx, "SELECT trellis.migrate()").Scan(&report); err != nil {
+		t.Fatalf("trellis.migrate() while lock_mallory held the migrate key: %v", err)
+	}
+	lockNoRoleGained(t, db)
+}
+
+// Mallory holds the staging key under a staging worker's application_name:
+// /readyz and trellis.fleet must not count her as the staging worker.
+func TestLockStagingKeyForged(t *testing.T) {
+	db := obsDB(t)
+	a := startObs(t, db, "lock-a", nil)
+	waitReady(t, a)
+	a.stop()
+	m := lockMallory(t, db, "trellis-staging lock-a")
+	ctx := context.Background()
+	var got bool
+	eventually(t, 30*time.Second, "lock_mallory to take the freed staging key", func() bool {
+		if err := m.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey("trellis-staging:trellis")).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	})
+	b := startObs(t, db, "lock-b", nil)
+	eventually(t, 30*time.Second, "/readyz to report no live staging worker", func() bool {
+		code, body := httpGet(t, b, "/readyz")
+		return code == 503 && body == "no live staging worker"
+	})
+	if s := scrape(t, b); s[`trellis_staging_worker_live{}`] != 0 {
+		t.Errorf("trellis_staging_worker_live = %v with only lock_mallory holding the key", s[`trellis_staging_worker_live{}`])
+	}
+	c := connectURL(t, b.url("postgres", "", db, ""))
+	var live bool
+	if err := c.QueryRow(ctx, "SELECT trellis.has_live_staging_worker()").Scan(&live); err != nil || live {
+		t.Fatalf("has_live_staging_worker() = %v (%v) with only lock_mallory holding the key", live, err)
+	}
+	var holders int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM trellis._staging_holder()").Scan(&holders); err != nil || holders != 0 {
+		t.Fatalf("_staging_holder() lists %d holders (%v) with only lock_mallory holding the key", holders, err)
+	}
+	lockNoRoleGained(t, db)
+}
+
+// trellis.migrate() runs as the workers: an ordinary role may not call it.
+func TestLockMigrateRefusedToTenant(t *testing.T) {
+	db := obsDB(t)
+	a := startObs(t, db, "lock-a", nil)
+	waitReady(t, a)
+	lockMallory(t, db, "")
+	c := connectURL(t, a.url("lock_mallory", "", db, ""))
+	var report string
+	err := c.QueryRow(context.Background(), "SELECT trellis.migrate()").Scan(&report)
+	if pe := pgErrOf(t, err); pe.Code != "42501" {
+		t.Fatalf("trellis.migrate() as lock_mallory: %s %s", pe.Code, pe.Message)
+	}
+	lockNoRoleGained(t, db)
+}
+
+// Two transforms with one bare name in two schemas: /metrics still answers,
+// each under its qualified name.
+func TestLockMetricsSameNameTwoSchemas(t *testing.T) {
+	db := obsDB(t)
+	a := startObs(t, db, "lock-a", nil)
+	waitReady(t, a)
+	c := connectURL(t, a.url("postgres", "", db, ""))
+	execAll(t, c,
+		"CREATE SCHEMA lock_s2",
+		"CREATE TABLE public.lock_src (id int PRIMARY KEY, v int)",
+		"CREATE TABLE lock_s2.lock_src (id int PRIMARY KEY, v int)",
+		"TRANSFORM public.lock_dup FROM public.lock_src SELECT v AS w",
+		"TRANSFORM lock_s2.lock_dup FROM lock_s2.lock_src SELECT v AS w",
+	)
+	var body string
+	eventually(t, 30*time.Second, "/metrics to list both transforms", func() bool {
+		var code int
+		code, body = httpGet(t, a, "/metrics")
+		return code == 200 && strings.Contains(body, `transform="public.lock_dup"`) && strings.Contains(body, `transform="lock_s2.lock_dup"`)
+	})
+}
+
+// await_live and metrics_text answer lock_mallory only about transforms she
+// may see: the victim's does not exist for her, her own does.
+func TestLockObservationScoped(t *testing.T) {
+	db := obsDB(t)
+	a := startObs(t, db, "lock-a", nil)
+	waitReady(t, a)
+	ctx := context.Background()
+	victim := connectURL(t, a.url("postgres", "", db, ""))
+	execAll(t, victim,
+		"CREATE TABLE lock_vsrc (id int PRIMARY KEY, v int)",
+		"INSERT INTO lock_vsrc SELECT g, g FROM generate_series(1, 10) g",
+		"TRANSFORM lock_victim FROM lock_vsrc SELECT v AS w",
+	)
+	var st string
+	if err := victim.QueryRow(ctx, "SELECT trellis.await_live('lock_victim', 30000)").Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	lockMallory(t, db, "")
+	m := connectURL(t, a.url("lock_mallory", "", db, ""))
+	execAll(t, m,
+		"CREATE TABLE lock_msrc (id int PRIMARY KEY, v int)",
+		"TRANSFORM lock_mine FROM lock_msrc SELECT v AS w",
+	)
+	if err := m.QueryRow(ctx, "SELECT trellis.await_live('lock_mine', 30000)").Scan(&st); err != nil {
+		t.Fatalf("await_live of her own transform: %v", err)
+	}
+	err := m.QueryRow(ctx, "SELECT trellis.await_live('lock_victim', 1000)").Scan(&st)
+	if pe := pgErrOf(t, err); pe.Code != "42704" {
+		t.Fatalf("await_live('lock_victim') as lock_mallory: %s %s", pe.Code, pe.Message)
+	}
+	eventually(t, 30*time.Second, "metrics_text to list lock_mine", func() bool {
+		var text string
+		if err := m.QueryRow(ctx, "SELECT trellis.metrics_text()").Scan(&text); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(text, `transform="lock_victim"`) {
+			t.Fatalf("metrics_text() shows lock_mallory the victim's transform")
+		}
+		return strings.Contains(text, `transform="lock_mine"`)
+	})
+	var n int
+	if err := m.QueryRow(ctx, "SELECT count(*) FROM trellis.status WHERE target = 'lock_victim'").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("trellis.status shows lock_mallory %d rows of the victim's transform (%v)", n, err)
+	}
+	lockNoRoleGained(t, db)
+}
