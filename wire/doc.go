@@ -26,8 +26,9 @@
 //  3. S2 auth: every Authentication* relayed; exactly one client 'p' frame
 //     read per upstream request; SCRAM-SHA-256-PLUS removed from
 //     AuthenticationSASL; SCRAM with TLS on both legs refused (28000).
-//  4. S3 tail: ParameterStatus recorded, BackendKeyData replaced by a
-//     proxy-minted key, ReadyForQuery ends the authentication deadline.
+//  4. S3 tail: ParameterStatus recorded, BackendKeyData keeps the real
+//     upstream pid with a proxy-minted secret, ReadyForQuery ends the
+//     authentication deadline.
 //  5. S4 ready: two pumps (below) until Terminate, EOF, a FATAL or shutdown.
 //
 // # Pumps and the reply plan

@@ -35,7 +35,7 @@ type session struct {
 	uw     *bufio.Writer // written by the client→server pump, or a unit it handed over to
 
 	upKey pgproto3.BackendKeyData // upstream's real key, never shown to the client
-	key   pgproto3.BackendKeyData // the proxy-minted key the client holds
+	key   pgproto3.BackendKeyData // the key the client holds: real pid, minted secret
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -464,7 +464,7 @@ func (s *session) startupRelay() (string, error) {
 				return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid BackendKeyData from upstream")
 			}
 			s.upKey = pgproto3.BackendKeyData{ProcessID: k.ProcessID, SecretKey: append([]byte(nil), k.SecretKey...)}
-			s.key = s.srv.mintKey(s, len(k.SecretKey))
+			s.key = s.srv.mintKey(s, k.ProcessID, len(k.SecretKey))
 			out, _ := s.key.Encode(nil)
 			s.cw.Write(out)
 		case 'S':

@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestRelayRealPID: the client's BackendKeyData carries its backend's real
+// pid (D4), so what applications do with it works as it does directly.
+func TestRelayRealPID(t *testing.T) {
+	h := start(t, nil)
+	conn := h.connect(t)
+	reported := conn.PgConn().PID()
+	var pid uint32
+	if err := conn.QueryRow(t.Context(), "select pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if pid != reported {
+		t.Fatalf("reported pid %d, backend pid %d", reported, pid)
+	}
+
+	t.Run("pg_stat_activity", func(t *testing.T) {
+		var app string
+		err := direct(t).QueryRow(t.Context(), "select application_name from pg_stat_activity where pid = $1", int64(reported)).Scan(&app)
+		if err != nil {
+			t.Fatalf("pg_stat_activity has no row for the reported pid %d: %v", reported, err)
+		}
+	})
+
+	t.Run("self notify", func(t *testing.T) {
+		mustExec(t, conn, "listen relay_chan")
+		mustExec(t, conn, "notify relay_chan, 'me'")
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.PID != reported {
+			t.Fatalf("notification sender pid %d, listener's reported pid %d", n.PID, reported)
+		}
+	})
+
+	t.Run("terminate own backend", func(t *testing.T) {
+		victim := h.connect(t)
+		_, err := victim.Exec(t.Context(), "select pg_terminate_backend($1)", int64(victim.PgConn().PID()))
+		if sqlstate(err) != "57P01" {
+			t.Fatalf("want 57P01 for terminating the reported pid, got %v", err)
+		}
+		eventually(t, 10*time.Second, "the victim's connection closed", func() bool {
+			_, err := victim.Exec(t.Context(), "select 1")
+			return err != nil
+		})
+	})
+}
+
+// TestRelayCancelVerifiesPID: a CancelRequest whose secret is right but whose
+// pid is not the session's cancels nothing; the right pair still cancels.
+func TestRelayCancelVerifiesPID(t *testing.T) {
+	h := start(t, nil)
+	conn := h.connect(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(context.Background(), "select pg_sleep(1.5)")
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "pg_sleep running", func() bool {
+		var n int
+		direct(t).QueryRow(t.Context(), "select count(*) from pg_stat_activity where query = 'select pg_sleep(1.5)' and state = 'active'").Scan(&n)
+		return n > 0
+	})
+	relaySendCancel(t, h.Addr, conn.PgConn().PID()+1, conn.PgConn().SecretKey())
+	if err := <-done; err != nil {
+		t.Fatalf("a cancel with a wrong pid cancelled the query: %v", err)
+	}
+
+	go func() {
+		_, err := conn.Exec(context.Background(), "select pg_sleep(30)")
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "pg_sleep(30) running", func() bool {
+		var n int
+		direct(t).QueryRow(t.Context(), "select count(*) from pg_stat_activity where query = 'select pg_sleep(30)' and state = 'active'").Scan(&n)
+		return n > 0
+	})
+	relaySendCancel(t, h.Addr, conn.PgConn().PID(), conn.PgConn().SecretKey())
+	select {
+	case err := <-done:
+		if sqlstate(err) != "57014" {
+			t.Fatalf("want 57014, got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel with the right key did not stop pg_sleep")
+	}
+	var one int
+	if err := conn.QueryRow(t.Context(), "select 1", pgx.QueryExecModeSimpleProtocol).Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// relaySendCancel sends a raw CancelRequest and waits for the proxy to close.
+func relaySendCancel(t *testing.T, addr string, pid uint32, secret []byte) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := binary.BigEndian.AppendUint32(nil, uint32(12+len(secret)))
+	msg = binary.BigEndian.AppendUint32(msg, 80877102)
+	msg = binary.BigEndian.AppendUint32(msg, pid)
+	msg = append(msg, secret...)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	io.Copy(io.Discard, c)
+}
