@@ -3,12 +3,17 @@ package integration
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
 )
 
 // TestRelayRealPID: the client's BackendKeyData carries its backend's real
@@ -121,4 +126,49 @@ func relaySendCancel(t *testing.T, addr string, pid uint32, secret []byte) {
 	}
 	c.SetReadDeadline(time.Now().Add(15 * time.Second))
 	io.Copy(io.Discard, c)
+}
+
+// TestRelayParseNotHeldBack: a Parse sent alone, followed 500 ms later by
+// Describe and Sync under a 100 ms statement_timeout, gets the same reply
+// through the proxy as directly (pgx's
+// TestPrepareHandlesTimeoutBetweenParseAndDescribe): the relay forwards the
+// Parse at once instead of holding it for the rest of the batch (D22).
+func TestRelayParseNotHeldBack(t *testing.T) {
+	h := start(t, func(c *proxy.Config, o *proxy.Options) { o.RelayOnly = false })
+	run := func(conn *pgx.Conn) string {
+		mustExec(t, conn, "set statement_timeout = '100ms'")
+		fe := conn.PgConn().Frontend()
+		fe.Send(&pgproto3.Parse{Name: "relay_s", Query: "select $1::varchar"})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // the client's own pause, part of the scenario
+		fe.Send(&pgproto3.Describe{ObjectType: 'S', Name: "relay_s"})
+		fe.Send(&pgproto3.Sync{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ErrorResponse:
+				got = append(got, "E:"+m.Code)
+			case *pgproto3.ReadyForQuery:
+				return strings.Join(append(got, "Z"), " ")
+			default:
+				got = append(got, fmt.Sprintf("%T", m))
+			}
+		}
+	}
+	want := run(direct(t))
+	if got := run(h.connect(t)); got != want {
+		t.Fatalf("through the proxy %q, directly %q", got, want)
+	}
+	if !strings.Contains(want, "57014") {
+		t.Logf("directly: %s (the timeout did not fire; the comparison still holds)", want)
+	}
 }

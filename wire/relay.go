@@ -384,15 +384,16 @@ func (s *session) clientToServer() {
 				batch.local = nil
 				continue
 			}
-			if len(batch.raw)+5+n > batchCap {
-				s.flushBatch(&batch)
-				batch.forwarded = true
-			}
+			// Ordinary: forwarded at once, never held for the rest of the
+			// batch (D22), so upstream sees the client's timing (a
+			// statement_timeout between Parse and Describe fires as directly).
+			s.flushBatch(&batch)
+			batch.forwarded = true
 			if lm.rewritten != nil {
-				batch.raw = append(batch.raw, lm.rewritten...)
+				s.uw.Write(lm.rewritten)
 			} else {
-				batch.raw = append(batch.raw, hdr[:]...)
-				batch.raw = append(batch.raw, body...)
+				s.uw.Write(hdr[:])
+				s.uw.Write(body)
 			}
 		case 'S', 'H':
 			// Their body is empty in a valid stream; keep whatever came, so
