@@ -361,7 +361,7 @@ func (s *session) run() string {
 	s.mu.Unlock()
 	srv.metrics.SessionReady(time.Since(s.accepted))
 	s.log.Debug("session started", "tls", s.info.TLS)
-	if _, repl := s.info.Params["replication"]; !repl {
+	if !replicationOn(s.info.Params["replication"]) {
 		s.intercept = srv.intercep
 	}
 	s.log.Debug("session ready")
@@ -525,4 +525,22 @@ func (s *session) writeFrame(typ byte, body []byte) error {
 	}
 	_, err := s.cw.Write(body)
 	return err
+}
+
+// replicationOn reports whether a startup replication value opens a
+// walsender, as Postgres's parse_bool (unique prefixes of true/yes, "on",
+// "1", case-insensitive) or "database" says; "false", "off", "0" or no value
+// leave an ordinary session, which keeps its routing.
+func replicationOn(v string) bool {
+	v = strings.ToLower(v)
+	if v == "" {
+		return false
+	}
+	switch {
+	case v == "database", v == "on", v == "1":
+		return true
+	case strings.HasPrefix("true", v), strings.HasPrefix("yes", v):
+		return true
+	}
+	return false
 }
