@@ -172,3 +172,15 @@ func TestRelayParseNotHeldBack(t *testing.T) {
 		t.Logf("directly: %s (the timeout did not fire; the comparison still holds)", want)
 	}
 }
+
+// TestRelayReplicationFalseKeepsRouting: `replication=false` opens an
+// ordinary session, so its statements are still routed; only a value that
+// opens a walsender in Postgres turns routing off.
+func TestRelayReplicationFalseKeepsRouting(t *testing.T) {
+	h := interceptHarness(t)
+	conn := connectURL(t, h.url("postgres", "", "postgres", "replication=false"))
+	var s string
+	if err := conn.QueryRow(t.Context(), "SELECT 'intercepted'", pgx.QueryExecModeSimpleProtocol).Scan(&s); err != nil || s != "answered by the proxy" {
+		t.Fatalf("replication=false: %q %v, want the proxy's answer", s, err)
+	}
+}
