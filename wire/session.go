@@ -429,12 +429,6 @@ func (s *session) startupRelay() (string, error) {
 				if err := m.Decode(body); err != nil {
 					return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid AuthenticationSASL from upstream")
 				}
-				if s.info.TLS && s.upTLS {
-					e := fatal(pgerr.InvalidAuthorizationSpec, "SCRAM authentication cannot be relayed when both the client and the upstream connection use TLS").
-						WithHint("connect with sslmode=disable on a trusted network, use sslmode=disable upstream, or use a password/md5 role").
-						WithClass("unsupported", "ScramOverTls")
-					return "auth_failed", e
-				}
 				// Channel binding would bind to our certificate, not the
 				// server's: offer only the plain mechanisms (D3).
 				mechs := m.AuthMechanisms[:0]
@@ -446,12 +440,18 @@ func (s *session) startupRelay() (string, error) {
 				m.AuthMechanisms = mechs
 				out, _ := m.Encode(nil)
 				s.cw.Write(out)
-				if err := s.relayClientAuth(); err != nil {
+				// With TLS on both legs a client that sends the gs2 flag
+				// "y" (it could bind but we offered no -PLUS) is refused by
+				// Postgres as a downgrade; "n" (no binding) relays fine.
+				if err := s.relayClientAuth(s.info.TLS && s.upTLS); err != nil {
+					if e, ok := pgerr.As(err); ok && e.Variant == "ScramOverTls" {
+						return "auth_failed", e
+					}
 					return "client_error", err
 				}
 			default: // cleartext 3, md5 5, GSS 7/8, SSPI 9, SASLContinue 11
 				s.writeFrame(typ, body)
-				if err := s.relayClientAuth(); err != nil {
+				if err := s.relayClientAuth(false); err != nil {
 					return "client_error", err
 				}
 			}
@@ -485,8 +485,9 @@ func (s *session) startupRelay() (string, error) {
 	}
 }
 
-// relayClientAuth forwards exactly one client password/SASL message.
-func (s *session) relayClientAuth() error {
+// relayClientAuth forwards exactly one client password/SASL message;
+// refuseBindingFlag refuses a SASLInitialResponse with the gs2 flag "y".
+func (s *session) relayClientAuth(refuseBindingFlag bool) error {
 	if err := s.cw.Flush(); err != nil {
 		return err
 	}
@@ -500,6 +501,13 @@ func (s *session) relayClientAuth() error {
 	}
 	if typ != 'p' {
 		return fatal(pgerr.ProtocolViolation, "expected password response, got message type %s", quoteTyp(typ))
+	}
+	if refuseBindingFlag {
+		if body, err := s.cr.Peek(n); err == nil && gs2Flag(body) == 'y' {
+			return fatal(pgerr.InvalidAuthorizationSpec, "SCRAM authentication with channel binding flag \"y\" cannot be relayed when both the client and the upstream connection use TLS").
+				WithHint("connect with channel_binding=disable (libpq), or sslmode=disable on a trusted network, or use sslmode=disable upstream").
+				WithClass("unsupported", "ScramOverTls")
+		}
 	}
 	s.uw.Write(appendHeader(s.wbuf[:0], typ, n))
 	if _, err := io.CopyN(s.uw, s.cr, int64(n)); err != nil {
@@ -543,4 +551,14 @@ func replicationOn(v string) bool {
 		return true
 	}
 	return false
+}
+
+// gs2Flag is the channel-binding flag ('n', 'y' or 'p') of a
+// SASLInitialResponse body: mechanism name, int32 length, client-first data.
+func gs2Flag(body []byte) byte {
+	_, rest, ok := cstring(body)
+	if !ok || len(rest) < 5 {
+		return 0
+	}
+	return rest[4]
 }
