@@ -49,6 +49,10 @@ type Config struct {
 	// AuthTimeout bounds everything before the first ReadyForQuery
 	// (Postgres's authentication_timeout; default 60s).
 	AuthTimeout time.Duration
+	// StartupTimeout bounds the wait for the client's startup packet (and
+	// its SSLRequest/TLS handshake), so idle sockets that never start leave
+	// quickly; default 10s, never more than AuthTimeout.
+	StartupTimeout time.Duration
 	// InstanceID is stored in the high bits of every minted BackendKeyData
 	// secret key (11 bits are used); 0 picks a random one. The process id
 	// the client sees is the upstream backend's real one (D4).
@@ -101,6 +105,10 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.AuthTimeout <= 0 {
 		cfg.AuthTimeout = 60 * time.Second
 	}
+	if cfg.StartupTimeout <= 0 {
+		cfg.StartupTimeout = 10 * time.Second
+	}
+	cfg.StartupTimeout = min(cfg.StartupTimeout, cfg.AuthTimeout)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics,
 		lns: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, keys: map[uint32]*session{},
 		idle: make(chan struct{}, 1)}

@@ -192,7 +192,8 @@ func (s *session) fatalDirect(e *pgerr.Error) {
 func (s *session) run() string {
 	srv := s.srv
 	deadline := time.Now().Add(srv.cfg.AuthTimeout)
-	s.client.SetDeadline(deadline)
+	// Until the startup packet only the shorter startup timeout applies.
+	s.client.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
 
 	// S0: exact reads until a StartupMessage.
 	var startup []byte
@@ -299,6 +300,7 @@ func (s *session) run() string {
 		return "client_error"
 	}
 	s.log = s.log.With("user", s.info.User, "database", s.info.Database)
+	s.client.SetDeadline(deadline)
 
 	if n := srv.active.Add(1); srv.cfg.MaxClientConns > 0 && n > int64(srv.cfg.MaxClientConns) {
 		srv.active.Add(-1)
