@@ -8,10 +8,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 )
@@ -141,6 +144,9 @@ func TestAuthMethods(t *testing.T) {
 				cfg.Upstream = strings.Replace(c.URL("postgres"), "sslmode=disable", "sslmode=require", 1)
 			}
 		})
+		if upTLS {
+			relayPsqlScram(t, h)
+		}
 		for _, clientTLS := range []bool{false, true} {
 			for _, m := range []struct{ user, pw string }{{"postgres", ""}, {"trellis_pw", "pw-secret"}, {"trellis_md5", "md5-secret"}, {"trellis_scram", "scram-secret"}} {
 				name := fmt.Sprintf("%s/clientTLS=%v/upstreamTLS=%v", m.user, clientTLS, upTLS)
@@ -150,9 +156,12 @@ func TestAuthMethods(t *testing.T) {
 				}
 				conn, err := pgx.Connect(ctx, url)
 				if m.user == "trellis_scram" && clientTLS && upTLS {
-					// D3: SCRAM cannot be relayed with TLS on both legs.
-					if sqlstate(err) != "28000" || !strings.Contains(err.Error(), "SCRAM authentication cannot be relayed") {
-						t.Errorf("%s: want 28000 ScramOverTls, got %v", name, err)
+					// pgx sends the gs2 flag "y" over TLS: refused, with the
+					// hint naming channel_binding=disable (relayPsqlScram
+					// covers the "n" flag).
+					var pe *pgconn.PgError
+					if sqlstate(err) != "28000" || !errors.As(err, &pe) || !strings.Contains(pe.Hint, "channel_binding=disable") {
+						t.Errorf("%s: want 28000 ScramOverTls with a channel_binding=disable hint, got %v", name, err)
 					}
 					continue
 				}
@@ -174,5 +183,26 @@ func TestAuthMethods(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// relayPsqlScram: with TLS on both legs, libpq's channel_binding=disable
+// (gs2 flag "n") authenticates through the proxy; channel_binding=prefer
+// (flag "y", since the proxy offers no -PLUS) is refused with the hint.
+func relayPsqlScram(t *testing.T, h *harness) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(h.Addr)
+	run := func(binding string) (string, error) {
+		conn := fmt.Sprintf("host=%s port=%s user=trellis_scram dbname=postgres sslmode=require channel_binding=%s", host, port, binding)
+		cmd := exec.Command("psql", conn, "-XAtc", "select current_user || ' ' || coalesce((select ssl from pg_stat_ssl where pid = pg_backend_pid()), false)")
+		cmd.Env = append(os.Environ(), "PGPASSWORD=scram-secret", "PGCONNECT_TIMEOUT=10")
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := run("disable"); err != nil || out != "trellis_scram true" {
+		t.Errorf("psql channel_binding=disable over TLS on both legs: %q %v", out, err)
+	}
+	if out, err := run("prefer"); err == nil || !strings.Contains(out, "channel_binding=disable") {
+		t.Errorf("psql channel_binding=prefer over TLS on both legs: want the refusal naming channel_binding=disable, got %q %v", out, err)
 	}
 }

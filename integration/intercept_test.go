@@ -151,15 +151,17 @@ func TestInterceptOrdering(t *testing.T) {
 		t.Fatalf("values %s", got)
 	}
 
-	// A batch mixing a local and an upstream statement is refused whole.
+	// A batch mixing a local and an upstream statement is refused: the
+	// ordinary prefix went upstream at once (D22) and is rolled back with
+	// the batch.
 	r.sendMsgs(&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 		&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	frames = r.untilZ()
-	if types(frames) != "EZ" {
+	if types(frames) != "12DCEZ" {
 		t.Fatalf("mixed batch frames %q", types(frames))
 	}
 	var e pgproto3.ErrorResponse
-	e.Decode(frames[0].body)
+	e.Decode(frames[4].body)
 	if e.Code != "0A000" {
 		t.Fatalf("mixed batch: %+v", e)
 	}
@@ -174,6 +176,30 @@ func TestInterceptOrdering(t *testing.T) {
 		&pgproto3.Query{String: "select 'after'"})
 	if got := types(r.untilZs(2)); got != "EZTDCZ" {
 		t.Fatalf("frames %q", got)
+	}
+
+	// The refused batch's forwarded prefix leaves nothing behind, and a
+	// prefix that fails itself is reported as Postgres reports it.
+	r.sendMsgs(&pgproto3.Query{String: "create table relay_refused(a int)"})
+	r.untilZ()
+	r.sendMsgs(&pgproto3.Parse{Query: "insert into relay_refused values (1)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	if got := types(r.untilZ()); got != "12CEZ" {
+		t.Fatalf("refused insert batch frames %q", got)
+	}
+	var n int
+	if err := direct(t).QueryRow(t.Context(), "select count(*) from relay_refused").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("refused batch left %d rows (%v)", n, err)
+	}
+	r.sendMsgs(&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	frames = r.untilZ()
+	if types(frames) != "1EZ" { // 1/0 fails at Bind (constant folding)
+		t.Fatalf("failing prefix frames %q", types(frames))
+	}
+	e.Decode(frames[1].body)
+	if e.Code != "22012" {
+		t.Fatalf("failing prefix: want 22012, got %+v", e)
 	}
 }
 

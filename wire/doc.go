@@ -25,9 +25,11 @@
 //     untouched.
 //  3. S2 auth: every Authentication* relayed; exactly one client 'p' frame
 //     read per upstream request; SCRAM-SHA-256-PLUS removed from
-//     AuthenticationSASL; SCRAM with TLS on both legs refused (28000).
-//  4. S3 tail: ParameterStatus recorded, BackendKeyData replaced by a
-//     proxy-minted key, ReadyForQuery ends the authentication deadline.
+//     AuthenticationSASL; with TLS on both legs a SCRAM gs2 flag "y" is
+//     refused (28000), "n" relayed.
+//  4. S3 tail: ParameterStatus recorded, BackendKeyData keeps the real
+//     upstream pid with a proxy-minted secret, ReadyForQuery ends the
+//     authentication deadline.
 //  5. S4 ready: two pumps (below) until Terminate, EOF, a FATAL or shutdown.
 //
 // # Pumps and the reply plan
@@ -94,7 +96,8 @@
 //     streamed, and an intercepted statement later in it is refused too.
 //   - A Query or Parse larger than 64 MiB is passed through unclassified.
 //   - COPY is not supported inside Upstream.Forward.
-//   - SCRAM cannot be relayed with TLS on both legs (surface §12.3).
+//   - SCRAM with TLS on both legs is relayed only for the gs2 flag "n"
+//     (surface §12.3: Postgres refuses "y" over TLS as a downgrade).
 //   - Local portals run to completion: Execute's row limit is passed in
 //     Call.MaxRows but PortalSuspended is never sent.
 //   - A mixed batch refused after part of it was forwarded (over 1 MiB, or

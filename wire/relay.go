@@ -15,6 +15,10 @@ import (
 type planEntry struct {
 	owed       int          // ReadyForQuery frames upstream still owes (upstream entry)
 	errBeforeZ *pgerr.Error // refuse a batch partly forwarded: sent before its Z
+	// abortParse: an invalid Parse was sent before the refused batch's Sync,
+	// so upstream rolls the forwarded prefix back; its error is replaced by
+	// errBeforeZ.
+	abortParse bool
 	sawError   bool
 	unit       *localUnit // a local unit instead of upstream replies
 }
@@ -384,15 +388,16 @@ func (s *session) clientToServer() {
 				batch.local = nil
 				continue
 			}
-			if len(batch.raw)+5+n > batchCap {
-				s.flushBatch(&batch)
-				batch.forwarded = true
-			}
+			// Ordinary: forwarded at once, never held for the rest of the
+			// batch (D22), so upstream sees the client's timing (a
+			// statement_timeout between Parse and Describe fires as directly).
+			s.flushBatch(&batch)
+			batch.forwarded = true
 			if lm.rewritten != nil {
-				batch.raw = append(batch.raw, lm.rewritten...)
+				s.uw.Write(lm.rewritten)
 			} else {
-				batch.raw = append(batch.raw, hdr[:]...)
-				batch.raw = append(batch.raw, body...)
+				s.uw.Write(hdr[:])
+				s.uw.Write(body)
 			}
 		case 'S', 'H':
 			// Their body is empty in a valid stream; keep whatever came, so
@@ -415,6 +420,9 @@ func (s *session) clientToServer() {
 				if !s.addDebt(1, batch.refuse) {
 					return
 				}
+				// Fail the batch upstream too, so the prefix forwarded before
+				// the refusal is rolled back with it, as the client is told.
+				s.uw.Write(abortBatchParse)
 				s.uw.Write(hdr[:])
 				s.uw.Write(body)
 				batch.reset()
@@ -701,7 +709,7 @@ func (s *session) addDebt(n int, refuse *pgerr.Error) bool {
 	if k := len(s.plan); refuse == nil && k > 0 && s.plan[k-1].unit == nil && s.plan[k-1].errBeforeZ == nil {
 		s.plan[k-1].owed += n
 	} else {
-		s.plan = append(s.plan, &planEntry{owed: n, errBeforeZ: refuse})
+		s.plan = append(s.plan, &planEntry{owed: n, errBeforeZ: refuse, abortParse: refuse != nil})
 	}
 	s.mu.Unlock()
 	return true
@@ -816,8 +824,13 @@ func (s *session) serverToClient() string {
 			}
 			fatalErr := false
 			if typ == 'E' {
-				s.markError()
 				var er pgproto3.ErrorResponse
+				if refuse := s.markError(&er, body); refuse != nil {
+					// The proxy's own abort of a refused batch: the client
+					// gets the refusal instead.
+					s.cw.Write(encodeError(s.wbuf[:0], refuse, false, s.srv.log))
+					continue
+				}
 				if er.Decode(body) == nil {
 					s.srv.metrics.ErrorSent("upstream", er.Code)
 					if er.Severity == "FATAL" || er.Severity == "PANIC" {
@@ -929,13 +942,34 @@ func (s *session) payDebt() *pgerr.Error {
 	return refuse
 }
 
-func (s *session) markError() {
+// markError notes an upstream error in the front entry; for the error of the
+// proxy's abortBatchParse it returns the refusal to send in its place.
+func (s *session) markError(er *pgproto3.ErrorResponse, body []byte) *pgerr.Error {
 	s.mu.Lock()
-	if len(s.plan) > 0 && s.plan[0].unit == nil {
-		s.plan[0].sawError = true
+	defer s.mu.Unlock()
+	if len(s.plan) == 0 || s.plan[0].unit != nil {
+		return nil
 	}
-	s.mu.Unlock()
+	e := s.plan[0]
+	wasFirst := !e.sawError
+	e.sawError = true
+	if e.abortParse && wasFirst && e.owed == 1 && er.Decode(body) == nil &&
+		er.Code == "42601" && strings.Contains(er.Message, abortBatchToken) {
+		return e.errBeforeZ
+	}
+	return nil
 }
+
+// abortBatchToken is the text of the Parse the proxy sends before the Sync of
+// a refused, partly forwarded batch: a syntax error, so the batch fails
+// upstream (skipped, like Postgres skips anything after an earlier error). It
+// is a named statement, so the client's unnamed one is left alone.
+const abortBatchToken = "trellis_proxy_refused_batch"
+
+var abortBatchParse = func() []byte {
+	b, _ := (&pgproto3.Parse{Name: abortBatchToken, Query: abortBatchToken}).Encode(nil)
+	return b
+}()
 
 // runPlanFront runs local units that reached the front of the plan and
 // handles shutdown; end reports that the session is over.

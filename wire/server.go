@@ -49,8 +49,13 @@ type Config struct {
 	// AuthTimeout bounds everything before the first ReadyForQuery
 	// (Postgres's authentication_timeout; default 60s).
 	AuthTimeout time.Duration
+	// StartupTimeout bounds the wait for the client's startup packet (and
+	// its SSLRequest/TLS handshake), so idle sockets that never start leave
+	// quickly; default 10s, never more than AuthTimeout.
+	StartupTimeout time.Duration
 	// InstanceID is stored in the high bits of every minted BackendKeyData
-	// process id (11 bits are used); 0 picks a random one.
+	// secret key (11 bits are used); 0 picks a random one. The process id
+	// the client sees is the upstream backend's real one (D4).
 	InstanceID uint16
 }
 
@@ -66,8 +71,7 @@ type Server struct {
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
 	sessions map[*session]struct{}
-	keys     map[uint32]*session
-	nextPID  uint32
+	keys     map[uint32]*session // by the minted secret's first 4 bytes
 	closing  bool
 	nextID   atomic.Uint64
 	active   atomic.Int64
@@ -101,6 +105,10 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.AuthTimeout <= 0 {
 		cfg.AuthTimeout = 60 * time.Second
 	}
+	if cfg.StartupTimeout <= 0 {
+		cfg.StartupTimeout = 10 * time.Second
+	}
+	cfg.StartupTimeout = min(cfg.StartupTimeout, cfg.AuthTimeout)
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics,
 		lns: map[net.Listener]struct{}{}, sessions: map[*session]struct{}{}, keys: map[uint32]*session{},
 		idle: make(chan struct{}, 1)}
@@ -267,8 +275,10 @@ func (s *Server) removeSession(sess *session) {
 	// Move the session's traffic into the totals under mu, so Relayed never
 	// sees it twice or not at all.
 	s.closed.add(&sess.relayed)
-	if sess.key.ProcessID != 0 && s.keys[sess.key.ProcessID] == sess {
-		delete(s.keys, sess.key.ProcessID)
+	if len(sess.key.SecretKey) >= 4 {
+		if id := binary.BigEndian.Uint32(sess.key.SecretKey); s.keys[id] == sess {
+			delete(s.keys, id)
+		}
 	}
 	s.mu.Unlock()
 	select {
@@ -296,34 +306,39 @@ func (r *RelayStats) add(c *relayCounters) {
 	r.ServerToClientMessages += c.s2cMsgs.Load()
 }
 
-// mintKey registers sess under a fresh proxy-minted key whose secret has the
-// upstream secret's length (4 bytes on protocol 3.0, up to 256 on 3.2).
-func (s *Server) mintKey(sess *session, secretLen int) pgproto3.BackendKeyData {
+// mintKey registers sess under a key carrying the upstream's real process id
+// (D4) and a fresh proxy-minted secret of the upstream secret's length (4
+// bytes on protocol 3.0, up to 256 on 3.2). The secret's first 4 bytes are
+// the routing key: bits 20-30 name this proxy instance, 20 low bits are random and
+// unique among this proxy's sessions; the rest (protocol 3.2) is random.
+func (s *Server) mintKey(sess *session, upstreamPID uint32, secretLen int) pgproto3.BackendKeyData {
+	secretLen = max(secretLen, 4)
 	secret := make([]byte, secretLen)
-	rand.Read(secret)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		s.nextPID = (s.nextPID + 1) & 0xfffff
-		if s.nextPID == 0 {
+		rand.Read(secret)
+		id := s.instance | binary.BigEndian.Uint32(secret)&0xfffff
+		if _, used := s.keys[id]; used {
 			continue
 		}
-		pid := s.instance | s.nextPID
-		if _, used := s.keys[pid]; used {
-			continue
-		}
-		s.keys[pid] = sess
-		return pgproto3.BackendKeyData{ProcessID: pid, SecretKey: secret}
+		binary.BigEndian.PutUint32(secret, id)
+		s.keys[id] = sess
+		return pgproto3.BackendKeyData{ProcessID: upstreamPID, SecretKey: secret}
 	}
 }
 
-// routeCancel handles a CancelRequest: look the key up, compare the secret in
-// constant time, and cancel the local unit or forward the upstream's key.
+// routeCancel handles a CancelRequest: route by the secret's first 4 bytes,
+// verify the process id and compare the whole secret in constant time, then
+// cancel the local unit or forward the upstream's key.
 func (s *Server) routeCancel(pid uint32, secret []byte) {
-	s.mu.Lock()
-	sess := s.keys[pid]
-	s.mu.Unlock()
-	if sess == nil || subtle.ConstantTimeCompare(sess.key.SecretKey, secret) != 1 {
+	var sess *session
+	if len(secret) >= 4 {
+		s.mu.Lock()
+		sess = s.keys[binary.BigEndian.Uint32(secret)]
+		s.mu.Unlock()
+	}
+	if sess == nil || sess.key.ProcessID != pid || subtle.ConstantTimeCompare(sess.key.SecretKey, secret) != 1 {
 		s.metrics.CancelRouted("unknown")
 		return
 	}

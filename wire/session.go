@@ -35,7 +35,7 @@ type session struct {
 	uw     *bufio.Writer // written by the client→server pump, or a unit it handed over to
 
 	upKey pgproto3.BackendKeyData // upstream's real key, never shown to the client
-	key   pgproto3.BackendKeyData // the proxy-minted key the client holds
+	key   pgproto3.BackendKeyData // the key the client holds: real pid, minted secret
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -192,7 +192,8 @@ func (s *session) fatalDirect(e *pgerr.Error) {
 func (s *session) run() string {
 	srv := s.srv
 	deadline := time.Now().Add(srv.cfg.AuthTimeout)
-	s.client.SetDeadline(deadline)
+	// Until the startup packet only the shorter startup timeout applies.
+	s.client.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
 
 	// S0: exact reads until a StartupMessage.
 	var startup []byte
@@ -299,6 +300,7 @@ func (s *session) run() string {
 		return "client_error"
 	}
 	s.log = s.log.With("user", s.info.User, "database", s.info.Database)
+	s.client.SetDeadline(deadline)
 
 	if n := srv.active.Add(1); srv.cfg.MaxClientConns > 0 && n > int64(srv.cfg.MaxClientConns) {
 		srv.active.Add(-1)
@@ -361,7 +363,7 @@ func (s *session) run() string {
 	s.mu.Unlock()
 	srv.metrics.SessionReady(time.Since(s.accepted))
 	s.log.Debug("session started", "tls", s.info.TLS)
-	if _, repl := s.info.Params["replication"]; !repl {
+	if !replicationOn(s.info.Params["replication"]) {
 		s.intercept = srv.intercep
 	}
 	s.log.Debug("session ready")
@@ -429,12 +431,6 @@ func (s *session) startupRelay() (string, error) {
 				if err := m.Decode(body); err != nil {
 					return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid AuthenticationSASL from upstream")
 				}
-				if s.info.TLS && s.upTLS {
-					e := fatal(pgerr.InvalidAuthorizationSpec, "SCRAM authentication cannot be relayed when both the client and the upstream connection use TLS").
-						WithHint("connect with sslmode=disable on a trusted network, use sslmode=disable upstream, or use a password/md5 role").
-						WithClass("unsupported", "ScramOverTls")
-					return "auth_failed", e
-				}
 				// Channel binding would bind to our certificate, not the
 				// server's: offer only the plain mechanisms (D3).
 				mechs := m.AuthMechanisms[:0]
@@ -446,12 +442,18 @@ func (s *session) startupRelay() (string, error) {
 				m.AuthMechanisms = mechs
 				out, _ := m.Encode(nil)
 				s.cw.Write(out)
-				if err := s.relayClientAuth(); err != nil {
+				// With TLS on both legs a client that sends the gs2 flag
+				// "y" (it could bind but we offered no -PLUS) is refused by
+				// Postgres as a downgrade; "n" (no binding) relays fine.
+				if err := s.relayClientAuth(s.info.TLS && s.upTLS); err != nil {
+					if e, ok := pgerr.As(err); ok && e.Variant == "ScramOverTls" {
+						return "auth_failed", e
+					}
 					return "client_error", err
 				}
 			default: // cleartext 3, md5 5, GSS 7/8, SSPI 9, SASLContinue 11
 				s.writeFrame(typ, body)
-				if err := s.relayClientAuth(); err != nil {
+				if err := s.relayClientAuth(false); err != nil {
 					return "client_error", err
 				}
 			}
@@ -464,7 +466,7 @@ func (s *session) startupRelay() (string, error) {
 				return "upstream_error", fatal(pgerr.ProtocolViolation, "invalid BackendKeyData from upstream")
 			}
 			s.upKey = pgproto3.BackendKeyData{ProcessID: k.ProcessID, SecretKey: append([]byte(nil), k.SecretKey...)}
-			s.key = s.srv.mintKey(s, len(k.SecretKey))
+			s.key = s.srv.mintKey(s, k.ProcessID, len(k.SecretKey))
 			out, _ := s.key.Encode(nil)
 			s.cw.Write(out)
 		case 'S':
@@ -485,8 +487,9 @@ func (s *session) startupRelay() (string, error) {
 	}
 }
 
-// relayClientAuth forwards exactly one client password/SASL message.
-func (s *session) relayClientAuth() error {
+// relayClientAuth forwards exactly one client password/SASL message;
+// refuseBindingFlag refuses a SASLInitialResponse with the gs2 flag "y".
+func (s *session) relayClientAuth(refuseBindingFlag bool) error {
 	if err := s.cw.Flush(); err != nil {
 		return err
 	}
@@ -500,6 +503,13 @@ func (s *session) relayClientAuth() error {
 	}
 	if typ != 'p' {
 		return fatal(pgerr.ProtocolViolation, "expected password response, got message type %s", quoteTyp(typ))
+	}
+	if refuseBindingFlag {
+		if body, err := s.cr.Peek(n); err == nil && gs2Flag(body) == 'y' {
+			return fatal(pgerr.InvalidAuthorizationSpec, "SCRAM authentication with channel binding flag \"y\" cannot be relayed when both the client and the upstream connection use TLS").
+				WithHint("connect with channel_binding=disable (libpq), or sslmode=disable on a trusted network, or use sslmode=disable upstream").
+				WithClass("unsupported", "ScramOverTls")
+		}
 	}
 	s.uw.Write(appendHeader(s.wbuf[:0], typ, n))
 	if _, err := io.CopyN(s.uw, s.cr, int64(n)); err != nil {
@@ -525,4 +535,32 @@ func (s *session) writeFrame(typ byte, body []byte) error {
 	}
 	_, err := s.cw.Write(body)
 	return err
+}
+
+// replicationOn reports whether a startup replication value opens a
+// walsender, as Postgres's parse_bool (unique prefixes of true/yes, "on",
+// "1", case-insensitive) or "database" says; "false", "off", "0" or no value
+// leave an ordinary session, which keeps its routing.
+func replicationOn(v string) bool {
+	v = strings.ToLower(v)
+	if v == "" {
+		return false
+	}
+	switch {
+	case v == "database", v == "on", v == "1":
+		return true
+	case strings.HasPrefix("true", v), strings.HasPrefix("yes", v):
+		return true
+	}
+	return false
+}
+
+// gs2Flag is the channel-binding flag ('n', 'y' or 'p') of a
+// SASLInitialResponse body: mechanism name, int32 length, client-first data.
+func gs2Flag(body []byte) byte {
+	_, rest, ok := cstring(body)
+	if !ok || len(rest) < 5 {
+		return 0
+	}
+	return rest[4]
 }

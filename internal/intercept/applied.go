@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"context"
 	"encoding/json"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -78,19 +79,45 @@ func appliedValues(a *engine.Applied) []any {
 	}
 }
 
-// writeApplied sends a statement's reply: its notice, one row, its tag.
-func (x *execution) writeApplied(a *engine.Applied, tag string) error {
-	if a.Notice != "" {
+// writeApplied sends a statement's reply: its notice and warnings (as far as
+// the session's client_min_messages lets them through), one row, its tag.
+func (x *execution) writeApplied(ctx context.Context, a *engine.Applied, tag string) error {
+	var notice, warning bool
+	if a.Notice != "" || len(a.Warnings) > 0 {
+		notice, warning = x.messageLevels(ctx)
+	}
+	if a.Notice != "" && notice {
 		if err := x.w.Notice(&pgerr.Error{Severity: pgerr.SeverityNotice, Code: pgerr.SuccessfulCompletion, Message: a.Notice}); err != nil {
 			return err
 		}
 	}
-	for _, warning := range a.Warnings {
-		if err := x.w.Notice(&pgerr.Error{Severity: "WARNING", Code: pgerr.Warning, Message: warning}); err != nil {
+	for _, w := range a.Warnings {
+		if !warning {
+			break
+		}
+		if err := x.w.Notice(&pgerr.Error{Severity: "WARNING", Code: pgerr.Warning, Message: w}); err != nil {
 			return err
 		}
 	}
 	return x.writeRow(appliedFields, appliedValues(a), tag)
+}
+
+// messageLevels reads the session's client_min_messages on the lent
+// connection (it is not reported by ParameterStatus, and a Trellis statement
+// is rare enough for one round trip) and says whether a NOTICE and a WARNING
+// pass it, as Postgres decides for its own messages. Unreadable: both pass.
+func (x *execution) messageLevels(ctx context.Context) (notice, warning bool) {
+	var level string
+	if err := (querier{x.up}).QueryRow(ctx, "SELECT pg_catalog.current_setting('client_min_messages')").Scan(&level); err != nil {
+		return true, true
+	}
+	switch level {
+	case "error":
+		return false, false
+	case "warning":
+		return false, true
+	}
+	return true, true
 }
 
 // writeRow sends a one-row result, each value encoded in the format the

@@ -283,7 +283,7 @@ func (x *execution) applyText(ctx context.Context, fn, text string) error {
 	if err != nil {
 		return internal(err)
 	}
-	return x.writeApplied(a, "SELECT 1")
+	return x.writeApplied(ctx, a, "SELECT 1")
 }
 
 func callShape(c *router.Call, signature string) error {

@@ -242,7 +242,7 @@ func (x *execution) unit(ctx context.Context, u *router.Unit) error {
 		if err != nil {
 			return shift(err, u.CharOffset)
 		}
-		return x.writeApplied(a, a.CommandTag)
+		return x.writeApplied(ctx, a, a.CommandTag)
 	case router.ProxyCall:
 		return x.call(ctx, u)
 	}
