@@ -34,9 +34,28 @@ type trellisHarness struct {
 
 func startTrellis(t *testing.T) *trellisHarness {
 	t.Helper()
+	return startTrellisWorkers(t, "")
+}
+
+// startTrellisWorkers is startTrellis with the workers connecting as
+// workers, an ordinary role with CREATE on the database only (the
+// least-privilege deployment of docs/security.md); "" is the cluster's
+// superuser, as in the embedded default.
+func startTrellisWorkers(t *testing.T, workers string) *trellisHarness {
+	t.Helper()
 	c := pgcluster.ForTest(t)
 	db := c.FreshDB(t, "trellis")
-	pool, err := pgxpool.New(context.Background(), c.URL(db))
+	pcfg, err := pgxpool.ParseConfig(c.URL(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if workers != "" {
+		admin := connectURL(t, c.URL(db))
+		mustExec(t, admin, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+workers+`') THEN CREATE ROLE `+pgx.Identifier{workers}.Sanitize()+` LOGIN; END IF; END $$`)
+		mustExec(t, admin, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+pgx.Identifier{workers}.Sanitize())
+		pcfg.ConnConfig.User, pcfg.ConnConfig.Password = workers, ""
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
