@@ -172,7 +172,7 @@ END $fn$;
 -- Plain column indexes on a transform's target, for its owner (the
 -- workers' role owns the table, D20): names only, default operator
 -- classes, no expressions or predicates.
-CREATE OR REPLACE FUNCTION {{S}}.create_index(target text, columns text[]) RETURNS void
+CREATE OR REPLACE FUNCTION {{S}}._create_index(target text, columns text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE d record; col text;
 BEGIN
@@ -291,7 +291,7 @@ END $fn$;
 DROP FUNCTION IF EXISTS {{S}}._trash_tables(name, text[]);
 DROP FUNCTION IF EXISTS {{S}}._define(regrole, regclass, regclass, text, text, oid, text, jsonb, jsonb, text);
 REVOKE ALL ON FUNCTION {{S}}._create_table(regrole, text, text, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION {{S}}.create_index(text, text[]) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION {{S}}._create_index(text, text[]) TO PUBLIC;
 
 GRANT EXECUTE ON FUNCTION {{S}}._drop_transform(regrole, text, text) TO PUBLIC;
 

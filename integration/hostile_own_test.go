@@ -48,7 +48,7 @@ func TestOwnTargetCodeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.sameAs(t, m, `SELECT id, w FROM own_tgt`, `SELECT id, v * 2 FROM own_src`)
-	mustExec(t, m, `SELECT trellis.create_index('own_tgt', ARRAY['w'])`)
+	mustExec(t, m, `SELECT trellis._create_index('own_tgt', ARRAY['w'])`)
 	var super bool
 	if err := su.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = 'own_mallory'`).Scan(&super); err != nil || super {
 		t.Fatalf("own_mallory rolsuper = %v (%v)", super, err)
