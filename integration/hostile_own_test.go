@@ -56,3 +56,23 @@ func TestOwnTargetCodeRefused(t *testing.T) {
 	mustExec(t, m, `PAUSE TRANSFORM own_tgt`)
 	mustExec(t, m, `DROP TRANSFORM own_tgt`)
 }
+
+// The second wall: a trigger only a superuser could add to a target pauses
+// the transform with a capture_failure naming the table.
+func TestOwnTamperPauses(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	su := h.client(t)
+	mustExec(t, su, `CREATE TABLE own_s2 (id int PRIMARY KEY, v int)`)
+	mustExec(t, su, `INSERT INTO own_s2 VALUES (1, 1)`)
+	mustExec(t, su, `TRANSFORM own_t2 FROM own_s2 SELECT v AS w`)
+	h.waitStatus(t, "own_t2", "live")
+	mustExec(t, su, `CREATE FUNCTION own_noop() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NULL; END $f$`)
+	mustExec(t, su, `CREATE TRIGGER own_x AFTER INSERT ON own_t2 FOR EACH STATEMENT EXECUTE FUNCTION own_noop()`)
+	h.waitStatus(t, "own_t2", "paused")
+	var table string
+	if err := h.pool.QueryRow(ctx, `SELECT status_detail #>> '{capture_failure,table}' FROM trellis._definitions
+		WHERE target_table = 'public.own_t2'`).Scan(&table); err != nil || table != "own_t2" {
+		t.Fatalf("capture_failure table %q (%v)", table, err)
+	}
+}
