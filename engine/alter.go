@@ -110,7 +110,42 @@ BEGIN
   RETURN v;
 END $fn$;
 
-GRANT EXECUTE ON FUNCTION {{S}}._field_readers(regrole, bigint, text[]),
+-- ALTER TRANSFORM's change of the target's columns, as the workers' role
+-- that owns it (D20): names and type oids/typmods, never SQL. Readers of a
+-- dropped column block it, as in _lifecycle_alter.
+CREATE OR REPLACE FUNCTION {{S}}._alter_target(acting regrole, def_id bigint, dropped text[], added jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE rel regclass; ddl text[] := '{}'; c jsonb; col text; blockers text;
+BEGIN
+  PERFORM {{S}}._lifecycle_check(acting, def_id);
+  SELECT target_oid::regclass INTO rel FROM {{S}}._definitions WHERE id = def_id;
+  SELECT string_agg(format('%s.%s reads %s', x.reader, x.field, x.col), '; ') INTO blockers
+  FROM {{S}}._column_readers(def_id, dropped) x;
+  IF blockers IS NOT NULL THEN
+    RAISE EXCEPTION 'cannot drop fields of %: %', rel, blockers USING ERRCODE = '2BP01',
+      DETAIL = 'trellis: conflict/DependentsBlockDrop';
+  END IF;
+  FOREACH col IN ARRAY coalesce(dropped, '{}') LOOP
+    IF col LIKE '\_\_%' OR col = ANY (ARRAY(SELECT k ->> 'name' FROM {{S}}._definitions d, jsonb_array_elements(d.compiled -> 'key') k WHERE d.id = def_id)) THEN
+      RAISE EXCEPTION 'column % of % is not a field', col, rel USING ERRCODE = '22023';
+    END IF;
+    ddl := ddl || format('DROP COLUMN %I', col);
+  END LOOP;
+  FOR c IN SELECT x FROM jsonb_array_elements(coalesce(added, '[]')) x LOOP
+    IF coalesce(c ->> 'n', '') = '' OR NOT EXISTS (SELECT 1 FROM pg_type WHERE oid = (c ->> 't')::oid) THEN
+      RAISE EXCEPTION 'malformed column % of %', c ->> 'n', rel USING ERRCODE = '22023';
+    END IF;
+    IF NOT has_type_privilege(acting, (c ->> 't')::oid, 'USAGE') THEN
+      RAISE EXCEPTION 'permission denied for type %', format_type((c ->> 't')::oid, NULL) USING ERRCODE = '42501';
+    END IF;
+    ddl := ddl || format('ADD COLUMN %I %s', c ->> 'n', format_type((c ->> 't')::oid, coalesce((c ->> 'm')::int4, -1)));
+  END LOOP;
+  IF cardinality(ddl) > 0 THEN
+    EXECUTE format('ALTER TABLE %s %s', rel, array_to_string(ddl, ', '));
+  END IF;
+END $fn$;
+
+GRANT EXECUTE ON FUNCTION {{S}}._alter_target(regrole, bigint, text[], jsonb), {{S}}._field_readers(regrole, bigint, text[]),
   {{S}}._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[]) TO PUBLIC;
 `
 
@@ -230,19 +265,22 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		}
 	}
 
-	// The caller's role changes its own table (like ALTER TABLE): the
-	// target's lock is held until the caller's transaction ends.
-	var ddl []string
-	for _, f := range res.Dropped {
-		ddl = append(ddl, "DROP COLUMN "+ident(f))
-	}
-	for _, f := range res.Added {
-		ddl = append(ddl, "ADD COLUMN "+ident(f)+" "+newType[f])
-	}
-	// Only ALTER clauses: the target keeps its columns (and no statement
-	// may be sent: "ALTER TABLE t" alone is a syntax error).
-	if len(ddl) > 0 {
-		if _, err := q.Exec(ctx, "ALTER TABLE "+now.target()+" "+strings.Join(ddl, ", ")); err != nil {
+	// The target is the workers' (D20): its columns change through a
+	// SECURITY DEFINER function, its lock held until the caller's
+	// transaction ends.
+	if len(res.Dropped)+len(res.Added) > 0 {
+		added := &tableShape{}
+		for _, f := range res.Added {
+			added.add(f, newType[f], false)
+		}
+		if len(added.Cols) > 0 {
+			if err := added.resolve(ctx, q); err != nil {
+				return nil, err
+			}
+		}
+		raw, _ := json.Marshal(nonNilCols(added.Cols))
+		if _, err := q.Exec(ctx, fmt.Sprintf(`SELECT %s._alter_target(current_user::regrole, $1, $2, $3)`, ident(e.cfg.Schema)),
+			d.id, nonNil(res.Dropped), raw); err != nil {
 			return nil, err
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -165,8 +164,9 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 
-	for _, stmt := range c.createSQL(workerRole) {
-		if _, err := q.Exec(ctx, stmt); err != nil {
+	tshape, lshape := c.shapes()
+	for _, sh := range []*tableShape{tshape, lshape} {
+		if err := sh.resolve(ctx, q); err != nil {
 			return nil, err
 		}
 	}
@@ -183,10 +183,13 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		role = "upstream_target"
 	}
 	cols, _ := json.Marshal(spec.reads())
-	// The catalog rows are written by a SECURITY DEFINER function that
-	// re-checks ownership and privileges for the acting role (D9).
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1::regclass, $2::regclass, $3, $4, $5::oid, $6, $7, $8, $9)`,
-		ident(e.cfg.Schema)), c.target(), c.ledger(), spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
+	// The catalog rows and the tables (owned by the workers' role, D20) are
+	// written by a SECURITY DEFINER function that re-checks privileges for
+	// the acting role (D9).
+	ts, _ := json.Marshal(tshape)
+	ls, _ := json.Marshal(lshape)
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1, $2, $3, $4, $5, $6, $7::oid, $8, $9, $10, $11)`,
+		ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -418,80 +421,6 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 	return nil
 }
 
-// createSQL is the DDL of the target and its ledger (grammar §11, engine §12.2).
-func (c *compiled) createSQL(workerRole string) []string {
-	spec := &c.Spec
-	var out []string
-	var cols []string
-	if !spec.IsAggregate() {
-		var keys []string
-		for _, k := range c.Key {
-			col := ident(k.Name) + " " + k.FullType
-			if !c.KeyNullable {
-				col += " NOT NULL"
-			}
-			cols = append(cols, col)
-			keys = append(keys, ident(k.Name))
-		}
-		for i, f := range spec.Fields {
-			cols = append(cols, ident(f.Name)+" "+c.FieldTypes[i])
-		}
-		if c.KeyNullable {
-			cols = append(cols, "UNIQUE NULLS NOT DISTINCT ("+strings.Join(keys, ", ")+")")
-		} else {
-			cols = append(cols, "PRIMARY KEY ("+strings.Join(keys, ", ")+")")
-		}
-		out = append(out, "CREATE TABLE "+c.target()+" ("+strings.Join(cols, ", ")+")")
-		out = append(out, "CREATE TABLE "+c.ledger()+` (k text COLLATE "C" PRIMARY KEY)`)
-	} else {
-		var gcols, lcols []string
-		for i, g := range spec.GroupBy {
-			cols = append(cols, ident(g.Name)+" "+c.GroupTypes[i])
-			gcols = append(gcols, ident(g.Name))
-		}
-		for i, f := range spec.Fields {
-			cols = append(cols, ident(f.Name)+" "+c.FieldTypes[i])
-		}
-		cols = append(cols, `"__members" bigint NOT NULL`)
-		for i, a := range c.Args {
-			cols = append(cols, ident("__cnt"+itoa(i))+" bigint NOT NULL")
-			if a.NeedSum {
-				cols = append(cols, ident("__sum"+itoa(i))+" "+a.SumType+" NOT NULL")
-			}
-			if a.NeedTrue {
-				cols = append(cols, ident("__true"+itoa(i))+" bigint NOT NULL")
-			}
-		}
-		out = append(out, "CREATE TABLE "+c.target()+" ("+strings.Join(cols, ", ")+")")
-		out = append(out, "CREATE UNIQUE INDEX ON "+c.target()+" ("+strings.Join(gcols, ", ")+") NULLS NOT DISTINCT")
-		lcols = append(lcols, `k text COLLATE "C" PRIMARY KEY`, "member boolean NOT NULL DEFAULT false")
-		var lg []string
-		for i := range spec.GroupBy {
-			lcols = append(lcols, "g"+itoa(i)+" "+c.GroupTypes[i])
-			lg = append(lg, "g"+itoa(i))
-		}
-		for i, a := range c.Args {
-			lcols = append(lcols, "a"+itoa(i)+" "+a.Type)
-		}
-		if c.NeedSrcKey {
-			for i, k := range c.Key {
-				lcols = append(lcols, "sk"+itoa(i)+" "+k.FullType)
-			}
-		}
-		out = append(out, "CREATE TABLE "+c.ledger()+" ("+strings.Join(lcols, ", ")+")")
-		if slices.Contains(c.Recompute, true) {
-			// Only fields recomputed from the members (MIN, MAX, …) read a
-			// group's entries; for the rest the index is pure write cost.
-			out = append(out, "CREATE INDEX ON "+c.ledger()+" ("+strings.Join(lg, ", ")+") WHERE member")
-		}
-	}
-	out = append(out, fmt.Sprintf(`DO $do$ BEGIN IF current_user <> %s THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON %s, %s TO %s'; END IF; END $do$`,
-		lit(workerRole), strings.ReplaceAll(c.target(), "'", "''"), strings.ReplaceAll(c.ledger(), "'", "''"),
-		strings.ReplaceAll(ident(workerRole), "'", "''")))
-	return out
-}
-
 // Drop removes a definition, its target and its ledger in the caller's
 // transaction. Capture no reader needs is removed by the next staging pass.
 //
@@ -511,15 +440,14 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 		return err
 	}
 	defer func() { err = done(err) }()
-	// Ownership and dependents are checked, and the row deleted, by a
-	// SECURITY DEFINER function (D9); the caller moves or drops the tables
-	// it owns.
+	// Ownership and dependents are checked, the row deleted and the tables
+	// (the workers', D20) moved or dropped by a SECURITY DEFINER function.
 	var raw []byte
 	var trash *string
 	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT compiled, trash FROM %s._drop_transform(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
 		target.Schema, target.Name).Scan(&raw, &trash)
 	if err != nil {
-		return err
+		return dependentsError(err, pgx.Identifier{target.Schema, target.Name}.Sanitize())
 	}
 	if raw == nil {
 		return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target).WithClass("not_found", "TransformNotFound")
@@ -527,14 +455,6 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 	c := &compiled{}
 	if err := json.Unmarshal(raw, c); err != nil {
 		return err
-	}
-	if trash != nil {
-		_, err = q.Exec(ctx, fmt.Sprintf(`SELECT %s._trash_tables($1, $2)`, ident(e.cfg.Schema)), *trash, []string{c.target(), c.ledger()})
-	} else {
-		_, err = q.Exec(ctx, "DROP TABLE IF EXISTS "+c.target()+", "+c.ledger())
-	}
-	if err != nil {
-		return dependentsError(err, c.TargetText)
 	}
 	_, err = q.Exec(ctx, "SELECT pg_notify($1, 'drop')", e.channel("wake"))
 	return err

@@ -126,9 +126,9 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 			fmt.Fprintf(&b, "-- %s: %s\n%s;\n\n", target, name, strings.TrimSpace(sql))
 		}
 	}
-	for i, s := range c.createSQL(e.workerRole()) {
-		section(fmt.Sprintf("create %d", i+1), s)
-	}
+	tgt, led := c.shapes()
+	section("target shape", goldenShape(tgt))
+	section("ledger shape", goldenShape(led))
 	p := e.newCapturePlan(c.SourceText, c.Key, c.KeyNullable)
 	// As installCapture resolves them.
 	if err := e.pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
@@ -164,6 +164,34 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 		section("refresh", cd.refreshSQL(cols))
 	} else if !c.KeyNullable {
 		section("rebuild chunk", cd.rebuildSQL(where, tconds))
+	}
+	return b.String()
+}
+
+// goldenShape writes a table shape (_create_table's input) as a column
+// list a reviewer reads like CREATE TABLE.
+func goldenShape(sh *tableShape) string {
+	var b strings.Builder
+	for _, c := range sh.Cols {
+		fmt.Fprintf(&b, "%s %s", ident(c.Name), c.Type)
+		if c.Coll != "" {
+			fmt.Fprintf(&b, " COLLATE %s", c.Coll)
+		}
+		if c.NotNull {
+			b.WriteString(" NOT NULL")
+		}
+		if c.DefFalse {
+			b.WriteString(" DEFAULT false")
+		}
+		b.WriteString("\n")
+	}
+	for _, k := range []struct {
+		name string
+		cols []string
+	}{{"PRIMARY KEY", sh.PK}, {"UNIQUE NULLS NOT DISTINCT", sh.Unique}, {"UNIQUE INDEX NULLS NOT DISTINCT", sh.UIdx}, {"INDEX WHERE member", sh.MIdx}} {
+		if len(k.cols) > 0 {
+			fmt.Fprintf(&b, "%s (%s)\n", k.name, strings.Join(k.cols, ", "))
+		}
 	}
 	return b.String()
 }

@@ -185,8 +185,83 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 			return false, err
 		}
 	}
+	tampered, err := e.checkTamper(ctx, conn)
+	if err != nil {
+		return false, err
+	}
 	rewritten, err := e.checkRewrites(ctx, conn)
-	return acted || rewritten, err
+	return acted || tampered || rewritten, err
+}
+
+// tamperSQL lists applying definitions whose target or ledger is not the
+// workers' role's, or grew code that would run when the workers write it
+// (D20): a trigger other than Trellis's capture, a rule, row security, a
+// default other than the ledger's member, a check, exclusion or foreign
+// key constraint, a generated column, or an index with expressions, a
+// predicate other than the ledger's WHERE member, or an operator class
+// outside pg_catalog. With the workers' ownership no tenant can add
+// these; a superuser can, and this is the second wall.
+const tamperSQL = `
+SELECT d.id, d.compiled #>> '{spec,target,name}', c.oid::regclass::text
+FROM %[1]s d JOIN pg_class c ON c.oid IN (d.target_oid, d.ledger_oid)
+WHERE %[2]s AND (
+  c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = (SELECT worker_role FROM %[3]s))
+  OR c.relrowsecurity OR c.relhasrules
+  OR EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = c.oid AND NOT (g.tgname = ANY ($1::name[])))
+  OR EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid)
+  OR EXISTS (SELECT 1 FROM pg_attrdef a WHERE a.adrelid = c.oid AND NOT (c.oid = d.ledger_oid
+       AND pg_get_expr(a.adbin, a.adrelid) = 'false'
+       AND (SELECT attname FROM pg_attribute WHERE attrelid = c.oid AND attnum = a.adnum) = 'member'))
+  OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = c.oid AND k.contype NOT IN ('p', 'u'))
+  OR EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND a.attgenerated <> '')
+  OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indexprs IS NOT NULL
+       OR (i.indpred IS NOT NULL AND NOT (c.oid = d.ledger_oid AND pg_get_expr(i.indpred, i.indrelid) = 'member'))
+       OR EXISTS (SELECT 1 FROM unnest(i.indclass::oid[]) oc JOIN pg_opclass o ON o.oid = oc
+                  WHERE o.opcnamespace <> 'pg_catalog'::regnamespace))))
+ORDER BY d.id`
+
+// checkTamper pauses every definition tamperSQL lists, with a
+// capture_failure naming the table.
+func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	names := make([]string, len(captureEvents))
+	for i, ev := range captureEvents {
+		names[i] = e.triggerName(ev)
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf(tamperSQL, e.tbl("_definitions"), applyingStatuses, e.tbl("_instance")), names)
+	if err != nil {
+		return false, err
+	}
+	type hit struct {
+		id            int64
+		target, table string
+	}
+	hits, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hit, error) {
+		var h hit
+		return h, r.Scan(&h.id, &h.target, &h.table)
+	})
+	if err != nil {
+		return false, err
+	}
+	done := map[int64]bool{}
+	for _, h := range hits {
+		if done[h.id] {
+			continue
+		}
+		done[h.id] = true
+		t := grammar.QuoteIdentIfNeeded(h.target)
+		f := &captureFailure{Table: h.table,
+			Error:  fmt.Sprintf("table %s of %s is not owned by the workers' role or carries a trigger, rule, policy, default, check, generated column or index Trellis did not make; the workers do not write it", h.table, t),
+			Remedy: fmt.Sprintf("remove what was added to %s (or DROP TRANSFORM %s and define it again), then RESUME TRANSFORM %s", h.table, t, t)}
+		raw, _ := json.Marshal(f)
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
+			  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+			  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
+			WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), h.id, raw); err != nil {
+			return false, err
+		}
+		e.log.Warn("transform paused: foreign code on its tables", "definition", h.id, "table", h.table)
+	}
+	return len(hits) > 0, nil
 }
 
 // truncateRecord keeps the new relfilenode a TRUNCATE gave the table, in the

@@ -35,6 +35,12 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE d record;
 BEGIN
   PERFORM {{S}}._check_acting(acting);
+  -- Ownership before the fence: a non-owner must not make anyone wait.
+  -- owner_role never changes, so the unlocked read decides.
+  IF EXISTS (SELECT 1 FROM {{S}}._definitions x WHERE x.id = def_id AND NOT pg_has_role(acting, x.owner_role, 'USAGE')) THEN
+    RAISE EXCEPTION 'must be owner of transform %', (SELECT target_table FROM {{S}}._definitions WHERE id = def_id) USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
   PERFORM {{S}}._fence_definition(def_id);
   SELECT id, status, owner_role, target_table INTO d FROM {{S}}._definitions WHERE id = def_id FOR UPDATE;
   IF NOT FOUND THEN
@@ -115,7 +121,7 @@ END $fn$;
 -- its target stays readable. Takes effect at the caller's COMMIT.
 CREATE OR REPLACE FUNCTION {{S}}._request_backfill(acting regrole, rel oid, source_table text, only_target text) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE canon text; d record; fid bigint; out text[] := '{}';
+DECLARE canon text; canon_other text; d record; fid bigint; out text[] := '{}';
 BEGIN
   PERFORM {{S}}._check_acting(acting);
   IF rel IS NULL THEN
@@ -131,6 +137,15 @@ BEGIN
   -- Fences first, in id order, so no page overtakes the row locks below;
   -- whatever the status: one waiting_to_backfill now may be building by the
   -- time the loop below reads it.
+  -- Ownership of every applying reader before any fence (see _lifecycle_check).
+  SELECT x.target_table INTO canon_other FROM {{S}}._definitions x
+  WHERE x.status IN ('backfilling', 'live') AND (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
+    AND EXISTS (SELECT 1 FROM {{S}}._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)
+    AND NOT pg_has_role(acting, x.owner_role, 'USAGE') LIMIT 1;
+  IF canon_other IS NOT NULL THEN
+    RAISE EXCEPTION 'must be owner of transform %', canon_other USING ERRCODE = '42501',
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
   FOR fid IN SELECT x.id FROM {{S}}._definitions x
              WHERE (only_target IS NULL OR x.compiled #>> '{spec,target,name}' = only_target)
                AND EXISTS (SELECT 1 FROM {{S}}._definition_reads r WHERE r.definition_id = x.id AND r.table_oid = rel)

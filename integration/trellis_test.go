@@ -454,8 +454,9 @@ func TestOrdinaryRoleDefinesOwnTransform(t *testing.T) {
 	mustExec(t, app, `CREATE TABLE mine (id int PRIMARY KEY, v int)`)
 	mustExec(t, app, `INSERT INTO mine SELECT g, g FROM generate_series(1, 10) g`)
 	mustExec(t, app, `TRANSFORM mine_x FROM mine SELECT v * 10 AS x`)
+	// D20: the workers' role owns the target; the definer reads it.
 	var owner string
-	if err := su.QueryRow(ctx, `SELECT tableowner FROM pg_tables WHERE tablename = 'mine_x'`).Scan(&owner); err != nil || owner != "app" {
+	if err := su.QueryRow(ctx, `SELECT tableowner FROM pg_tables WHERE tablename = 'mine_x'`).Scan(&owner); err != nil || owner == "app" {
 		t.Fatalf("target owner %q %v", owner, err)
 	}
 	var status string

@@ -1,15 +1,20 @@
--- site_days: create 1
-CREATE TABLE "public"."site_days" ("site" text, "day" date, "total_ms" bigint, "n" bigint, "__members" bigint NOT NULL, "__cnt0" bigint NOT NULL, "__sum0" bigint NOT NULL);
+-- site_days: target shape
+"site" text
+"day" date
+"total_ms" bigint
+"n" bigint
+"__members" bigint NOT NULL
+"__cnt0" bigint NOT NULL
+"__sum0" bigint NOT NULL
+UNIQUE INDEX NULLS NOT DISTINCT (site, day);
 
--- site_days: create 2
-CREATE UNIQUE INDEX ON "public"."site_days" ("site", "day") NULLS NOT DISTINCT;
-
--- site_days: create 3
-CREATE TABLE "public"."site_days__ledger" (k text COLLATE "C" PRIMARY KEY, member boolean NOT NULL DEFAULT false, g0 text, g1 date, a0 integer);
-
--- site_days: create 4
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."site_days", "public"."site_days__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- site_days: ledger shape
+"k" text COLLATE "C" NOT NULL
+"member" boolean NOT NULL DEFAULT false
+"g0" text
+"g1" date
+"a0" integer
+PRIMARY KEY (k);
 
 -- site_days: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_d3cc3c26b2c0dda3"() RETURNS trigger

@@ -1,18 +1,38 @@
--- region_sales: create 1
-CREATE TABLE "public"."region_sales" ("region" text, "revenue" numeric, "n" bigint, "nq" bigint, "avg_price" numeric, "min_qty" integer, "max_price" numeric, "all_ok" boolean, "any_ok" boolean, "and_flags" integer, "or_flags" integer, "docs" jsonb, "__members" bigint NOT NULL, "__cnt0" bigint NOT NULL, "__sum0" numeric NOT NULL, "__cnt1" bigint NOT NULL, "__cnt2" bigint NOT NULL, "__true2" bigint NOT NULL, "__cnt3" bigint NOT NULL, "__cnt4" bigint NOT NULL);
+-- region_sales: target shape
+"region" text
+"revenue" numeric
+"n" bigint
+"nq" bigint
+"avg_price" numeric
+"min_qty" integer
+"max_price" numeric
+"all_ok" boolean
+"any_ok" boolean
+"and_flags" integer
+"or_flags" integer
+"docs" jsonb
+"__members" bigint NOT NULL
+"__cnt0" bigint NOT NULL
+"__sum0" numeric NOT NULL
+"__cnt1" bigint NOT NULL
+"__cnt2" bigint NOT NULL
+"__true2" bigint NOT NULL
+"__cnt3" bigint NOT NULL
+"__cnt4" bigint NOT NULL
+UNIQUE INDEX NULLS NOT DISTINCT (region);
 
--- region_sales: create 2
-CREATE UNIQUE INDEX ON "public"."region_sales" ("region") NULLS NOT DISTINCT;
-
--- region_sales: create 3
-CREATE TABLE "public"."region_sales__ledger" (k text COLLATE "C" PRIMARY KEY, member boolean NOT NULL DEFAULT false, g0 text, a0 numeric, a1 integer, a2 boolean, a3 integer, a4 jsonb, sk0 bigint);
-
--- region_sales: create 4
-CREATE INDEX ON "public"."region_sales__ledger" (g0) WHERE member;
-
--- region_sales: create 5
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."region_sales", "public"."region_sales__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- region_sales: ledger shape
+"k" text COLLATE "C" NOT NULL
+"member" boolean NOT NULL DEFAULT false
+"g0" text
+"a0" numeric
+"a1" integer
+"a2" boolean
+"a3" integer
+"a4" jsonb
+"sk0" bigint
+PRIMARY KEY (k)
+INDEX WHERE member (g0);
 
 -- region_sales: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_17a4ccc00c356cae"() RETURNS trigger

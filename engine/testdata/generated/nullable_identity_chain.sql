@@ -1,15 +1,17 @@
--- kind_sums: create 1
-CREATE TABLE "public"."kind_sums" ("kind" text, "total" bigint, "__members" bigint NOT NULL, "__cnt0" bigint NOT NULL, "__sum0" bigint NOT NULL);
+-- kind_sums: target shape
+"kind" text
+"total" bigint
+"__members" bigint NOT NULL
+"__cnt0" bigint NOT NULL
+"__sum0" bigint NOT NULL
+UNIQUE INDEX NULLS NOT DISTINCT (kind);
 
--- kind_sums: create 2
-CREATE UNIQUE INDEX ON "public"."kind_sums" ("kind") NULLS NOT DISTINCT;
-
--- kind_sums: create 3
-CREATE TABLE "public"."kind_sums__ledger" (k text COLLATE "C" PRIMARY KEY, member boolean NOT NULL DEFAULT false, g0 text, a0 integer);
-
--- kind_sums: create 4
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."kind_sums", "public"."kind_sums__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- kind_sums: ledger shape
+"k" text COLLATE "C" NOT NULL
+"member" boolean NOT NULL DEFAULT false
+"g0" text
+"a0" integer
+PRIMARY KEY (k);
 
 -- kind_sums: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_ab27b6fb6887149e"() RETURNS trigger
@@ -266,15 +268,14 @@ DELETE FROM "public"."kind_sums" AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT g0
 -- kind_sums: refresh
 UPDATE "public"."kind_sums" AS t2 SET "total" = CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END WHERE t2."total"::text IS DISTINCT FROM (CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END)::text;
 
--- kind_labels: create 1
-CREATE TABLE "public"."kind_labels" ("kind" text, "doubled" bigint, UNIQUE NULLS NOT DISTINCT ("kind"));
+-- kind_labels: target shape
+"kind" text
+"doubled" bigint
+UNIQUE NULLS NOT DISTINCT (kind);
 
--- kind_labels: create 2
-CREATE TABLE "public"."kind_labels__ledger" (k text COLLATE "C" PRIMARY KEY);
-
--- kind_labels: create 3
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."kind_labels", "public"."kind_labels__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- kind_labels: ledger shape
+"k" text COLLATE "C" NOT NULL
+PRIMARY KEY (k);
 
 -- kind_labels: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_1c7f45d2df7a21d5"() RETURNS trigger

@@ -1,12 +1,13 @@
--- line_skus: create 1
-CREATE TABLE "public"."line_skus" ("order_id" bigint NOT NULL, "line" integer NOT NULL, "sku_lc" text, "twice" integer, PRIMARY KEY ("order_id", "line"));
+-- line_skus: target shape
+"order_id" bigint NOT NULL
+"line" integer NOT NULL
+"sku_lc" text
+"twice" integer
+PRIMARY KEY (order_id, line);
 
--- line_skus: create 2
-CREATE TABLE "public"."line_skus__ledger" (k text COLLATE "C" PRIMARY KEY);
-
--- line_skus: create 3
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."line_skus", "public"."line_skus__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- line_skus: ledger shape
+"k" text COLLATE "C" NOT NULL
+PRIMARY KEY (k);
 
 -- line_skus: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_b5d071e940ca610f"() RETURNS trigger

@@ -1,12 +1,12 @@
--- order_totals: create 1
-CREATE TABLE "public"."order_totals" ("id" bigint NOT NULL, "total" numeric, "loud" text, PRIMARY KEY ("id"));
+-- order_totals: target shape
+"id" bigint NOT NULL
+"total" numeric
+"loud" text
+PRIMARY KEY (id);
 
--- order_totals: create 2
-CREATE TABLE "public"."order_totals__ledger" (k text COLLATE "C" PRIMARY KEY);
-
--- order_totals: create 3
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."order_totals", "public"."order_totals__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- order_totals: ledger shape
+"k" text COLLATE "C" NOT NULL
+PRIMARY KEY (k);
 
 -- order_totals: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_154c745eef260792"() RETURNS trigger

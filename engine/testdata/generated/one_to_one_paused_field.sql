@@ -1,12 +1,12 @@
--- item_calc: create 1
-CREATE TABLE "public"."item_calc" ("id" text NOT NULL, "a1" integer, "b10" integer, PRIMARY KEY ("id"));
+-- item_calc: target shape
+"id" text NOT NULL
+"a1" integer
+"b10" integer
+PRIMARY KEY (id);
 
--- item_calc: create 2
-CREATE TABLE "public"."item_calc__ledger" (k text COLLATE "C" PRIMARY KEY);
-
--- item_calc: create 3
-DO $do$ BEGIN IF current_user <> '{{WORKER}}' THEN
-		EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON "public"."item_calc", "public"."item_calc__ledger" TO "{{WORKER}}"'; END IF; END $do$;
+-- item_calc: ledger shape
+"k" text COLLATE "C" NOT NULL
+PRIMARY KEY (k);
 
 -- item_calc: capture 1
 CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_1db1606ea2af5bcf"() RETURNS trigger
