@@ -19,12 +19,14 @@ var updateGolden = flag.Bool("update", false, "rewrite the golden files under te
 
 // goldenSpecs are representative definitions: each key shape, a paused
 // field, and every aggregate kind.
-var goldenSpecs = []struct {
+type goldenSpec struct {
 	name   string
 	setup  []string
 	define string
 	pause  []string // fields paused by the column fuse
-}{
+}
+
+var goldenSpecs = []goldenSpec{
 	{name: "one_to_one_keyed",
 		setup:  []string{`CREATE TABLE orders (id bigint PRIMARY KEY, price numeric, tax numeric, note text)`},
 		define: `TRANSFORM order_totals FROM orders SELECT price + tax AS total, upper(note) AS loud`},
@@ -48,32 +50,42 @@ var goldenSpecs = []struct {
 		define: `TRANSFORM kind_sums FROM events GROUP BY kind SELECT SUM(amount) AS total`},
 }
 
-func TestGoldenGeneratedSQL(t *testing.T) {
+// goldenEach defines each golden spec in a subtest on an engine without
+// workers (nothing builds or drains: only the generated SQL is looked at)
+// and hands it to check.
+func goldenEach(t *testing.T, check func(t *testing.T, e *Engine, g goldenSpec)) {
 	pool := testDB(t)
 	cfg := fastConfig()
 	cfg.Staging, cfg.DrainWorkers = StagingOff, -1
 	e, _ := startEngine(t, pool, cfg)
-	ctx := context.Background()
 	for _, g := range goldenSpecs {
 		t.Run(g.name, func(t *testing.T) {
 			for _, s := range g.setup {
 				exec(t, pool, s)
 			}
-			if _, err := e.ApplyText(ctx, pool, g.define, ApplyOptions{}); err != nil {
+			if _, err := e.ApplyText(context.Background(), pool, g.define, ApplyOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			text := goldenRender(t, e, goldenTarget(t, g.define), g.pause)
-			if g.name == "nullable_identity_chain" {
-				// A 1-1 transform over an aggregate target: keyed by the
-				// groups, which may be NULL.
-				if _, err := e.ApplyText(ctx, pool, `TRANSFORM kind_labels FROM kind_sums SELECT total * 2 AS doubled`, ApplyOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				text += goldenRender(t, e, "kind_labels", nil)
-			}
-			goldenCompare(t, filepath.Join("testdata", "generated", g.name+".sql"), goldenNormalize(e, text))
+			check(t, e, g)
 		})
 	}
+}
+
+func TestGoldenGeneratedSQL(t *testing.T) {
+	ctx := context.Background()
+	goldenEach(t, func(t *testing.T, e *Engine, g goldenSpec) {
+		pool := e.pool
+		text := goldenRender(t, e, goldenTarget(t, g.define), g.pause)
+		if g.name == "nullable_identity_chain" {
+			// A 1-1 transform over an aggregate target: keyed by the
+			// groups, which may be NULL.
+			if _, err := e.ApplyText(ctx, pool, `TRANSFORM kind_labels FROM kind_sums SELECT total * 2 AS doubled`, ApplyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			text += goldenRender(t, e, "kind_labels", nil)
+		}
+		goldenCompare(t, filepath.Join("testdata", "generated", g.name+".sql"), goldenNormalize(e, text))
+	})
 }
 
 // TestGoldenCatalogSQL pins the rendered catalog migrations and functions:
