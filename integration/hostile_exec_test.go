@@ -31,6 +31,17 @@ func execMallory(t *testing.T, h *trellisHarness) *pgx.Conn {
 	return m
 }
 
+// execTrap opens the body of a planted PL/pgSQL function: it records who
+// ran it and tries to make exec_mallory a superuser (which succeeds when
+// the caller is one).
+const execTrap = `BEGIN
+  INSERT INTO public.exec_trap (who) VALUES (current_user);
+  BEGIN
+    EXECUTE 'ALTER ROLE exec_mallory SUPERUSER';
+  EXCEPTION WHEN insufficient_privilege THEN NULL;
+  END;
+`
+
 // execAssertNothingGained fails if exec_mallory became a superuser or a
 // trap of hers ran.
 func execAssertNothingGained(t *testing.T, h *trellisHarness) {
@@ -67,13 +78,7 @@ func execShadowingFunction(t *testing.T, h *trellisHarness, workers string) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $f$
-BEGIN
-  INSERT INTO public.exec_trap (who) VALUES (current_user);
-  BEGIN
-    EXECUTE 'ALTER ROLE exec_mallory SUPERUSER';
-  EXCEPTION WHEN insufficient_privilege THEN NULL;
-  END;
-  RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x;
+`+execTrap+`  RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x;
 END $f$`)
 	// The victim is a role of its own, whose tables the workers may
 	// capture (a member of its role, as docs/security.md asks).
@@ -163,13 +168,7 @@ func TestExecUserKeyTypesRefused(t *testing.T) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE FUNCTION public.exec_check(v int) RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN
-  INSERT INTO public.exec_trap (who) VALUES (current_user);
-  BEGIN
-    EXECUTE 'ALTER ROLE exec_mallory SUPERUSER';
-  EXCEPTION WHEN insufficient_privilege THEN NULL;
-  END;
-  RETURN true;
+`+execTrap+`  RETURN true;
 END $f$`)
 	mustExec(t, m, `CREATE DOMAIN public.exec_kd AS int CHECK (public.exec_check(VALUE))`)
 	mustExec(t, m, `CREATE TYPE public.exec_mood AS ENUM ('calm', 'angry')`)
