@@ -61,6 +61,12 @@ type Config struct {
 	RetireChunk        int           // log rows deleted per statement, default 10000
 	SelfCheckPageKeys  int           // keys per self-check page (surface §9.2), default 10000
 
+	// TestingTargetTriggers lets triggers on targets stand (the tamper
+	// check ignores them), so tests can make a page or build step fail on
+	// purpose with a raising trigger. Tests only: no flag or variable sets
+	// it, and with it a superuser's trigger runs as the workers.
+	TestingTargetTriggers bool
+
 	Logger *slog.Logger
 	// Metrics receives seal, page and build-task events; nil means none.
 	Metrics Metrics

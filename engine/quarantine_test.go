@@ -133,11 +133,19 @@ func TestQuarantineUniqueIndexOnTargetHoldsKey(t *testing.T) {
 	assertSame(t, pool, `SELECT id, email FROM emails`, `SELECT id, lower(email) FROM users`)
 }
 
+// faultConfig is fastConfig with triggers on targets allowed: these tests
+// make pages and build steps fail with a raising trigger.
+func faultConfig() Config {
+	cfg := fastConfig()
+	cfg.TestingTargetTriggers = true
+	return cfg
+}
+
 func TestQuarantineFuseQuarantinesTransform(t *testing.T) {
 	pool := testDB(t)
 	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int, b int)`)
 	exec(t, pool, `INSERT INTO m SELECT g, g, 1 FROM generate_series(1, 20) g`)
-	e, _ := startEngine(t, pool, fastConfig())
+	e, _ := startEngine(t, pool, faultConfig())
 	define(t, e, Spec{Target: TableName{Name: "ratio"}, Source: TableName{Name: "m"},
 		Fields: []Field{{Name: "r", Expr: col("a") + " / " + col("b"), Reads: []string{"a", "b"}}}})
 	define(t, e, Spec{Target: TableName{Name: "copy"}, Source: TableName{Name: "m"},
@@ -179,7 +187,7 @@ func TestQuarantineUnattributableIsDrainFailure(t *testing.T) {
 	pool := testDB(t)
 	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int)`)
 	exec(t, pool, `INSERT INTO m SELECT g, g FROM generate_series(1, 10) g`)
-	e, _ := startEngine(t, pool, fastConfig())
+	e, _ := startEngine(t, pool, faultConfig())
 	define(t, e, Spec{Target: TableName{Name: "c"}, Source: TableName{Name: "m"},
 		Fields: []Field{{Name: "a", Expr: col("a"), Reads: []string{"a"}}}})
 	awaitLive(t, e, "c")
@@ -217,7 +225,7 @@ func TestQuarantineBuildFailurePausesAfterFiveAttempts(t *testing.T) {
 	exec(t, pool, `INSERT INTO m SELECT g, g FROM generate_series(1, 10) g`)
 	exec(t, pool, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'target offline' USING ERRCODE = '55006'; END $$`)
-	e, _ := startEngine(t, pool, fastConfig())
+	e, _ := startEngine(t, pool, faultConfig())
 	tx, err := pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)

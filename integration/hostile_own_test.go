@@ -72,7 +72,7 @@ func TestOwnTamperPauses(t *testing.T) {
 	h.waitStatus(t, "own_t2", "paused")
 	var table string
 	if err := h.pool.QueryRow(ctx, `SELECT status_detail #>> '{capture_failure,table}' FROM trellis._definitions
-		WHERE target_table = 'public.own_t2'`).Scan(&table); err != nil || table != "own_t2" {
+		WHERE target_table = 'public.own_t2'`).Scan(&table); err != nil || table != "public.own_t2" {
 		t.Fatalf("capture_failure table %q (%v)", table, err)
 	}
 }

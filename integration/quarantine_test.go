@@ -27,7 +27,7 @@ func sameAs(t *testing.T, c *pgx.Conn, got, want string) bool {
 // Quarantine through the proxy (issue 7): a failing key is held for its
 // transform only, a person sees why, fixes the row and releases it.
 func TestQuarantineThroughProxy(t *testing.T) {
-	h := startTrellis(t)
+	h := startTrellisFaults(t)
 	ctx := context.Background()
 	c := h.client(t)
 	mustExec(t, c, `CREATE TABLE orders (id bigint PRIMARY KEY, price numeric, qty int, email text)`)

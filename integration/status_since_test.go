@@ -9,7 +9,7 @@ import (
 // failing run of pages began) and last_seen (its latest failure), and
 // clears once a page commits.
 func TestSCDrainFailureSince(t *testing.T) {
-	h := startTrellis(t)
+	h := startTrellisFaults(t)
 	c := h.client(t)
 	mustExec(t, c, `CREATE TABLE sc_df (id bigint PRIMARY KEY, v int)`)
 	mustExec(t, c, `INSERT INTO sc_df SELECT g, g FROM generate_series(1, 5) g`)

@@ -43,6 +43,18 @@ func startTrellis(t *testing.T) *trellisHarness {
 // superuser, as in the embedded default.
 func startTrellisWorkers(t *testing.T, workers string) *trellisHarness {
 	t.Helper()
+	return startTrellisOpts(t, workers, false)
+}
+
+// startTrellisFaults is startTrellis for tests that make pages fail with a
+// trigger on a target (engine.Config.TestingTargetTriggers).
+func startTrellisFaults(t *testing.T) *trellisHarness {
+	t.Helper()
+	return startTrellisOpts(t, "", true)
+}
+
+func startTrellisOpts(t *testing.T, workers string, targetTriggers bool) *trellisHarness {
+	t.Helper()
 	c := pgcluster.ForTest(t)
 	db := c.FreshDB(t, "trellis")
 	pcfg, err := pgxpool.ParseConfig(c.URL(db))
@@ -65,6 +77,7 @@ func startTrellisWorkers(t *testing.T, workers string) *trellisHarness {
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
 		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
+		TestingTargetTriggers: targetTriggers,
 	})
 	if err := e.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
