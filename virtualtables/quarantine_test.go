@@ -122,7 +122,9 @@ func TestQuarantineDrainFailureInStatus(t *testing.T) {
 	_, pool := testDB(t)
 	exec(t, pool, `CREATE TABLE orders (id bigint PRIMARY KEY, price numeric, tax numeric)`)
 	exec(t, pool, `INSERT INTO orders SELECT g, g, 1 FROM generate_series(1, 10) g`)
-	e, run := newEngine(t, pool, fastConfig("trellis"))
+	cfg := fastConfig("trellis")
+	cfg.TestingTargetTriggers = true // the failure is a raising trigger on the target
+	e, run := newEngine(t, pool, cfg)
 	define(t, e, pool, totalsSpec("totals", "orders"))
 	run()
 	waitStatus(t, pool, "trellis", "totals", "live")
