@@ -26,8 +26,8 @@ const (
 	// maxInspect caps frames read whole to be decoded; larger Query frames
 	// pass through unclassified, larger server frames are streamed.
 	maxInspect = 64 << 20
-	// batchCap is how much of an extended-protocol batch is held back to
-	// refuse a mixed batch before anything of it is forwarded.
+	// batchCap bounds the reusable buffers of the extended-protocol path
+	// (a larger frame body is read into a buffer of its own and dropped).
 	batchCap = 1 << 20
 	// DefaultMaxMessageSize is the default cap of one client or server frame
 	// body, Postgres's MaxAllocSize.

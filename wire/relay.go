@@ -61,7 +61,6 @@ type localMsg struct {
 
 // c2sBatch is the extended-protocol batch being collected (interception on).
 type c2sBatch struct {
-	raw       []byte // buffered upstream frames, not yet forwarded
 	local     []localMsg
 	forwarded bool // part of this batch already went upstream
 	ranLocal  bool // part of this batch was already answered locally
@@ -69,10 +68,7 @@ type c2sBatch struct {
 }
 
 func (b *c2sBatch) reset() {
-	if cap(b.raw) > 4*batchCap {
-		b.raw = nil
-	}
-	b.raw, b.local, b.forwarded, b.ranLocal, b.refuse = b.raw[:0], nil, false, false, nil
+	b.local, b.forwarded, b.ranLocal, b.refuse = nil, false, false, nil
 }
 
 // clientToServer is the client→server pump: the only writer of the upstream
@@ -157,9 +153,6 @@ func (s *session) clientToServer() {
 				if debt > 0 && !s.addDebt(debt, nil) {
 					return
 				}
-				if s.intercept != nil {
-					s.flushBatch(&batch)
-				}
 				if lastEnd > 0 {
 					s.c2sRun = 0
 				}
@@ -185,12 +178,11 @@ func (s *session) clientToServer() {
 		}
 		if s.cr.Buffered() >= 5 && s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal && batch.refuse == nil {
 			b, _ := s.cr.Peek(s.cr.Buffered())
-			if r := s.scanRouted(b, max, syncsSinceExec, len(batch.raw) > 0 || batch.forwarded, stmts, portals); r.k > 0 {
+			if r := s.scanRouted(b, max, syncsSinceExec, batch.forwarded, stmts, portals); r.k > 0 {
 				if r.debt > 0 && !s.addDebt(r.debt, nil) {
 					return
 				}
 				syncsSinceExec = r.syncs
-				s.flushBatch(&batch)
 				if r.flushed {
 					batch.forwarded = true
 				} else {
@@ -252,9 +244,6 @@ func (s *session) clientToServer() {
 		if s.intercept == nil || typ == 'd' || typ == 'c' || typ == 'f' || typ == 'F' || typ == 'X' || typ == 'p' {
 			// Raw relay. Z-producing frames are counted before they are
 			// written, so their ReadyForQuery never precedes its debt.
-			if s.intercept != nil {
-				s.flushBatch(&batch)
-			}
 			switch typ {
 			case 'Q', 'F':
 				if !s.addDebt(1, nil) {
@@ -286,7 +275,6 @@ func (s *session) clientToServer() {
 		switch typ {
 		case 'Q':
 			if n > maxInspect {
-				s.flushBatch(&batch)
 				if !s.addDebt(1, nil) {
 					return
 				}
@@ -300,7 +288,6 @@ func (s *session) clientToServer() {
 				gone()
 				return
 			}
-			s.flushBatch(&batch)
 			sql := string(body[:max0(len(body)-1)])
 			route := s.intercept.Classify(s.info, sql)
 			if !route.Local {
@@ -350,7 +337,6 @@ func (s *session) clientToServer() {
 					}
 					continue
 				}
-				s.flushBatch(&batch)
 				batch.forwarded = true
 				if s.forwardStream(hdr, n) != nil {
 					gone()
@@ -372,9 +358,8 @@ func (s *session) clientToServer() {
 				return
 			}
 			if local {
-				if batch.forwarded || len(batch.raw) > 0 {
+				if batch.forwarded {
 					batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
-					batch.raw = batch.raw[:0]
 					continue
 				}
 				if typ == 'P' {
@@ -391,7 +376,6 @@ func (s *session) clientToServer() {
 			// Ordinary: forwarded at once, never held for the rest of the
 			// batch (D22), so upstream sees the client's timing (a
 			// statement_timeout between Parse and Describe fires as directly).
-			s.flushBatch(&batch)
 			batch.forwarded = true
 			if lm.rewritten != nil {
 				s.uw.Write(lm.rewritten)
@@ -449,18 +433,15 @@ func (s *session) clientToServer() {
 						return
 					}
 				}
-				s.uw.Write(batch.raw)
 				s.uw.Write(hdr[:])
 				s.uw.Write(body)
 				if sync {
 					batch.reset()
 				} else {
-					batch.raw = batch.raw[:0]
 					batch.forwarded = true
 				}
 			}
 		default:
-			s.flushBatch(&batch)
 			if s.forwardStream(hdr, n) != nil {
 				gone()
 				return
@@ -482,15 +463,6 @@ func max0(n int) int {
 func isDiscardAll(sql string) bool {
 	f := strings.Fields(strings.ToLower(sql))
 	return len(f) >= 2 && (f[0] == "discard" || f[0] == "deallocate") && strings.TrimSuffix(f[1], ";") == "all"
-}
-
-// flushBatch forwards the held-back upstream frames of the current batch.
-func (s *session) flushBatch(b *c2sBatch) {
-	if len(b.raw) > 0 {
-		s.uw.Write(b.raw)
-		b.raw = b.raw[:0]
-		b.forwarded = true
-	}
 }
 
 // classifyExtended decides the owner of one extended-protocol message and
