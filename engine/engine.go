@@ -144,6 +144,9 @@ type Engine struct {
 	// Run; atomic because tests build capture plans while Run starts.
 	workerRoleV atomic.Pointer[string]
 	states      workerStates // this process's workers, for trellis.proxy_workers
+	// selfCheckIdle: drain worker id -> unix ns before which it does not
+	// ask for a self-check job again (none was open for it; selfcheck.go).
+	selfCheckIdle sync.Map
 
 	plant plants // test-only faults; zero in production
 }
@@ -322,6 +325,7 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 		}
 		switch n.Channel {
 		case e.channel("wake"):
+			e.selfCheckIdle.Clear() // perhaps a self-check job
 			poke(e.wakeStaging)
 			poke(e.wakeDrain)
 		case e.channel("sealed"):

@@ -76,9 +76,20 @@ func (j *scJob) budget() time.Duration {
 // claimant stopped (its process no longer heartbeats, or it has not saved
 // for 30 s plus a page budget).
 func (e *Engine) selfCheckStep(ctx context.Context, id string) (bool, error) {
+	// An idle drain worker comes here on every wake-up; when the claim (a
+	// transaction of three round trips) found no job for this worker, it is
+	// asked again only after a poll interval or a wake notice (self_check
+	// sends one). Per worker: another worker's running job is not this one's.
+	if until, ok := e.selfCheckIdle.Load(id); ok && time.Now().UnixNano() < until.(int64) {
+		return false, nil
+	}
 	j, err := e.claimSelfCheck(ctx, id)
-	if err != nil || j == nil {
+	if err != nil {
 		return false, err
+	}
+	if j == nil {
+		e.selfCheckIdle.Store(id, time.Now().Add(e.cfg.PollInterval).UnixNano())
+		return false, nil
 	}
 	e.states.working(id, "checking", "self-check "+j.target)
 	pctx, cancel := context.WithTimeout(ctx, j.budget())
