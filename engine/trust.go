@@ -21,7 +21,7 @@ import (
 // keyTypeRow is what checkKeyType needs to know of one key column's type.
 type keyTypeRow struct {
 	name, typ         string // column name, its type as format_type writes it
-	typname, typtype  string // pg_type.typname and typtype ('b' base, 'd' domain, 'e' enum, ...)
+	typtype           string // pg_type.typtype ('b' base, 'd' domain, 'e' enum, ...)
 	category          string // pg_type.typcategory ('A' array)
 	builtin           bool   // the type lives in pg_catalog
 	collation         string // the column's collation, "" when none
@@ -32,7 +32,7 @@ type keyTypeRow struct {
 // type not allowed as a key.
 func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText string) error {
 	rows, err := q.Query(ctx, `
-		SELECT a.attname, format_type(t.oid, a.atttypmod), t.typname, t.typtype::text, t.typcategory::text,
+		SELECT a.attname, format_type(t.oid, a.atttypmod), t.typtype::text, t.typcategory::text,
 		       t.typnamespace = 'pg_catalog'::regnamespace, coalesce(co.collname, ''), coalesce(co.collisdeterministic, true)
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
@@ -47,7 +47,7 @@ func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText str
 	var cols []keyTypeRow
 	for rows.Next() {
 		var r keyTypeRow
-		if err := rows.Scan(&r.name, &r.typ, &r.typname, &r.typtype, &r.category, &r.builtin, &r.collation, &r.deterministicColl); err != nil {
+		if err := rows.Scan(&r.name, &r.typ, &r.typtype, &r.category, &r.builtin, &r.collation, &r.deterministicColl); err != nil {
 			return err
 		}
 		cols = append(cols, r)
@@ -66,13 +66,29 @@ func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText str
 // checkGroupKeyTypes refuses GROUP BY keys whose types (as the source's
 // probe resolved them, format_type spelling) are not allowed as keys.
 func checkGroupKeyTypes(ctx context.Context, q Querier, spec *Spec, base []string) error {
-	for i, g := range spec.GroupBy {
-		r := keyTypeRow{name: g.Name, typ: base[i], deterministicColl: true}
-		err := q.QueryRow(ctx, `SELECT t.typname, t.typtype::text, t.typcategory::text, t.typnamespace = 'pg_catalog'::regnamespace
-			FROM pg_type t WHERE t.oid = to_regtype($1)`, base[i]).Scan(&r.typname, &r.typtype, &r.category, &r.builtin)
-		if err != nil {
+	rows, err := q.Query(ctx, `SELECT t.typtype::text, t.typcategory::text, t.typnamespace = 'pg_catalog'::regnamespace
+		FROM unnest($1::text[]) WITH ORDINALITY AS b(name, i) JOIN pg_type t ON t.oid = to_regtype(b.name) ORDER BY b.i`, base)
+	if err != nil {
+		return err
+	}
+	var types []keyTypeRow
+	for rows.Next() {
+		r := keyTypeRow{deterministicColl: true}
+		if err := rows.Scan(&r.typtype, &r.category, &r.builtin); err != nil {
+			rows.Close()
 			return err
 		}
+		types = append(types, r)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(types) != len(spec.GroupBy) {
+		return fmt.Errorf("resolving the GROUP BY key types %v: %d of %d found", base, len(types), len(spec.GroupBy))
+	}
+	for i, g := range spec.GroupBy {
+		r := types[i]
+		r.name, r.typ = g.Name, base[i]
 		if err := checkKeyType(r, fmt.Sprintf("GROUP BY key %s", g.Name), "UnsupportedGroupByKeyType"); err != nil {
 			return err
 		}
