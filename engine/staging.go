@@ -233,7 +233,8 @@ const fullPassEvery = 30 * time.Second
 // passFingerprintSQL digests every catalog row a full pass reads: the
 // definitions, their reads and paused columns, the captured tables, and per
 // read or captured table (by its recorded oid and by the oid its name
-// resolves to now) its pg_class row and relfilenode, its pg_attribute,
+// resolves to now) and per target and ledger (so a trigger, rule or policy
+// added to one reaches the tamper check at the next pass) its pg_class row and relfilenode, its pg_attribute,
 // pg_trigger and pg_inherits rows. Any DDL on them writes one of these rows
 // and so changes an xmin or a row set; so does a page deferring keys
 // (the number of deferred keys). It also returns the newest drained
@@ -243,7 +244,9 @@ const passFingerprintSQL = `
 WITH t AS (SELECT table_name, table_oid FROM %[1]s
            UNION SELECT table_name, table_oid FROM %[2]s
            UNION SELECT table_name, to_regclass(table_name)::oid FROM %[1]s
-           UNION SELECT table_name, to_regclass(table_name)::oid FROM %[2]s)
+           UNION SELECT table_name, to_regclass(table_name)::oid FROM %[2]s
+           UNION SELECT target_table, target_oid FROM %[3]s
+           UNION SELECT ledger_oid::regclass::text, ledger_oid FROM %[3]s)
 SELECT md5(concat_ws('|',
   (SELECT string_agg(concat_ws(',', d.id, d.status, d.version, d.build_id, d.xmin), ';' ORDER BY d.id) FROM %[3]s d),
   (SELECT string_agg(concat_ws(',', r.definition_id, r.table_name, r.role, r.table_oid, r.xmin), ';'
