@@ -250,7 +250,7 @@ func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
 		                FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
 		                WHERE co.oid = a.attcollation) ELSE '' END
 		FROM pg_index i
-		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 		JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace tn ON tn.oid = t.typnamespace
 		WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord`, rel)

@@ -35,7 +35,7 @@ func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText str
 		SELECT a.attname, format_type(t.oid, a.atttypmod), t.typtype::text, t.typcategory::text,
 		       t.typnamespace = 'pg_catalog'::regnamespace, coalesce(co.collname, ''), coalesce(co.collisdeterministic, true)
 		FROM pg_index i
-		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 		JOIN pg_type t ON t.oid = a.atttypid
 		LEFT JOIN pg_collation co ON co.oid = a.attcollation
@@ -67,7 +67,7 @@ func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText str
 // probe resolved them, format_type spelling) are not allowed as keys.
 func checkGroupKeyTypes(ctx context.Context, q Querier, spec *Spec, base []string) error {
 	rows, err := q.Query(ctx, `SELECT t.typtype::text, t.typcategory::text, t.typnamespace = 'pg_catalog'::regnamespace
-		FROM unnest($1::text[]) WITH ORDINALITY AS b(name, i) JOIN pg_type t ON t.oid = to_regtype(b.name) ORDER BY b.i`, base)
+		FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS b(name, i) JOIN pg_type t ON t.oid = to_regtype(b.name) ORDER BY b.i`, base)
 	if err != nil {
 		return err
 	}
