@@ -79,6 +79,7 @@ BEGIN
       DETAIL = 'trellis: conflict/DependentsBlockDrop';
   END IF;
   UPDATE {{S}}._definitions SET definition_sql = statement, compiled = new_compiled, version = version + 1,
+    verified = {{S}}._trusted_writer(),
     status = CASE WHEN cardinality(rebuilt) > 0 THEN 'waiting_to_backfill' ELSE status END,
     build_started_at = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_started_at END,
     build_rows_done = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_rows_done END,

@@ -112,7 +112,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	var raw []byte
 	var fresh, heap bool
 	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version, compiled, coalesce(status_detail ->> 'fresh_build' = build_id::text, false), %s
-		FROM %s d WHERE id = $1 AND build_id = $2 AND status = 'backfilling' FOR SHARE`, heapBuilding("d"), e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh, &heap)
+		FROM %s d WHERE id = $1 AND build_id = $2 AND status = 'backfilling' AND verified FOR SHARE`, heapBuilding("d"), e.tbl("_definitions")), defID, build).Scan(&version, &raw, &fresh, &heap)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // superseded; the task row dies with its build
 	}

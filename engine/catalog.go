@@ -14,7 +14,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 16
+const formatVersion = 17
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -303,6 +303,10 @@ $fn$;
 	// cursor and claim saved page by page, and its divergences. At most one
 	// queued or running job per definition.
 	selfCheckMigration,
+	// 17: whether the workers verified a definition's row against its
+	// statement (verify.go, D21). Rows of earlier formats are verified
+	// again: a row crafted before this format must not stay trusted.
+	`ALTER TABLE {{S}}._definitions ADD COLUMN verified boolean NOT NULL DEFAULT false;`,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {

@@ -86,43 +86,14 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	}
 
 	var upstream *compiled
-	c.Key, err = primaryKey(ctx, q, srcOID)
-	if err != nil {
-		return nil, err
-	}
 	if err := checkSourceKeyTypes(ctx, q, srcOID, c.SourceText); err != nil {
 		return nil, err
 	}
 	if err := checkRowSecurity(ctx, q, srcOID, c.SourceText); err != nil {
 		return nil, err
 	}
-	if len(c.Key) == 0 {
-		// An aggregate target of this instance is keyed by its groups.
-		var raw []byte
-		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&raw)
-		if err != nil {
-			return nil, err
-		}
-		if raw != nil {
-			upstream = &compiled{}
-			if err := json.Unmarshal(raw, upstream); err != nil {
-				return nil, err
-			}
-			c.Key, c.KeyNullable = upstream.targetIdentity()
-		}
-	}
-	if len(c.Key) == 0 {
-		return nil, pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "source table %s has no primary key", c.SourceText).
-			WithClass("validation", "NoPrimaryKey").WithHint("add a PRIMARY KEY to %s", c.SourceText)
-	}
-	if upstream == nil {
-		var isTarget bool
-		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
-			return nil, err
-		}
-		if isTarget {
-			upstream = &compiled{}
-		}
+	if c.Key, c.KeyNullable, upstream, err = e.sourceKey(ctx, q, srcOID, c.SourceText); err != nil {
+		return nil, err
 	}
 	if !spec.IsAggregate() {
 		for _, k := range c.Key {
@@ -204,6 +175,44 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 	return d, nil
+}
+
+// sourceKey is the key a definition over the source srcOID inherits: its
+// primary key, or the groups of the aggregate target of this instance it
+// is; upstream is that target's compiled form (empty for a 1-1 target).
+func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcText string) (key []keyCol, nullable bool, upstream *compiled, err error) {
+	key, err = primaryKey(ctx, q, srcOID)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	if len(key) == 0 {
+		var raw []byte
+		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&raw)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		if raw != nil {
+			upstream = &compiled{}
+			if err := json.Unmarshal(raw, upstream); err != nil {
+				return nil, false, nil, err
+			}
+			key, nullable = upstream.targetIdentity()
+		}
+	}
+	if len(key) == 0 {
+		return nil, false, nil, pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "source table %s has no primary key", srcText).
+			WithClass("validation", "NoPrimaryKey").WithHint("add a PRIMARY KEY to %s", srcText)
+	}
+	if upstream == nil {
+		var isTarget bool
+		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
+			return nil, false, nil, err
+		}
+		if isTarget {
+			upstream = &compiled{}
+		}
+	}
+	return key, nullable, upstream, nil
 }
 
 func (s *Spec) reads() []string {

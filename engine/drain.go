@@ -422,7 +422,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		  SELECT c.id FROM (SELECT DISTINCT id FROM cand WHERE NOT heap) c WHERE pg_try_advisory_xact_lock_shared($2, %[3]s)),
 		locked AS (
 		  SELECT d.id, d.version, d.compiled FROM %[1]s d
-		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live')
+		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live') AND d.verified
 		    AND NOT %[4]s
 		    AND NOT EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = d.id AND pf.next_attempt_at > now())
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)

@@ -255,11 +255,7 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 		f := &captureFailure{Table: h.table,
 			Error:  fmt.Sprintf("table %s of %s is not owned by the workers' role or carries a trigger, rule, policy, default, check, generated column or index Trellis did not make; the workers do not write it", h.table, t),
 			Remedy: fmt.Sprintf("remove what was added to %s (or DROP TRANSFORM %s and define it again), then RESUME TRANSFORM %s", h.table, t, t)}
-		raw, _ := json.Marshal(f)
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
-			  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-			  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
-			WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), h.id, raw); err != nil {
+		if err := e.pauseFailed(ctx, conn, h.id, f); err != nil {
 			return false, err
 		}
 		e.log.Warn("transform paused: foreign code on its tables", "definition", h.id, "table", h.table)

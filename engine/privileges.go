@@ -24,6 +24,14 @@ BEGIN
   END IF;
 END $fn$;
 
+-- D21: a session that holds the workers' privileges gains nothing by
+-- handing the catalog a compiled form of its own; its rows are trusted as
+-- written. Every other row is verified by the workers (verify.go).
+CREATE OR REPLACE FUNCTION {{S}}._trusted_writer() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT pg_has_role(session_user, (SELECT worker_role FROM {{S}}._instance), 'MEMBER')
+$fn$;
+
 CREATE OR REPLACE FUNCTION {{S}}._instance_worker_role() RETURNS name
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT worker_role FROM {{S}}._instance
@@ -164,8 +172,9 @@ BEGIN
   target := {{S}}._create_table(acting, tschema, tname, target_shape);
   ledger := {{S}}._create_table(acting, tschema, tname || '__ledger', ledger_shape);
   INSERT INTO {{S}}._definitions (target_table, target_oid, ledger_oid, owner_role, kind,
-      source_table, source_oid, definition_sql, compiled, status)
-  VALUES (format('%I.%I', tschema, tname), target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled, 'waiting_to_backfill')
+      source_table, source_oid, definition_sql, compiled, status, verified)
+  VALUES (format('%I.%I', tschema, tname), target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled,
+          'waiting_to_backfill', {{S}}._trusted_writer())
   RETURNING id INTO new_id;
   INSERT INTO {{S}}._definition_reads (definition_id, table_name, table_oid, columns, role)
   VALUES (new_id, source_table, source_oid, read_columns, read_role);

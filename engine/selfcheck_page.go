@@ -26,7 +26,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	var status string
 	var raw []byte
 	var version int64
-	err := e.workers.QueryRow(ctx, fmt.Sprintf(`SELECT status, compiled, version FROM %s WHERE id = $1`, e.tbl("_definitions")), j.def).
+	err := e.workers.QueryRow(ctx, fmt.Sprintf(`SELECT CASE WHEN verified THEN status ELSE 'unverified' END, compiled, version FROM %s WHERE id = $1`, e.tbl("_definitions")), j.def).
 		Scan(&status, &raw, &version)
 	if err != nil {
 		return nil, err

@@ -303,11 +303,16 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn, st *passState,
 // uninstalls. steady reports that it found nothing to do and nothing in
 // flight: every definition live, every capture current, no schema problem.
 func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err error) {
-	defs, err := e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live')")
+	// Rows the workers have not verified are not acted on (verify.go).
+	verifiedActed, err := e.verifyDefinitions(ctx, conn)
 	if err != nil {
 		return false, err
 	}
-	steady = true
+	defs, err := e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live') AND d.verified")
+	if err != nil {
+		return false, err
+	}
+	steady = !verifiedActed
 	// Keys pages deferred while a client transaction held their
 	// definition: staged again once it ended (§12.8).
 	if remaining, err := e.resolveDeferred(ctx, conn); err != nil {
@@ -328,7 +333,7 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		steady = false
 	} else if acted {
 		steady = false
-		if defs, err = e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live')"); err != nil {
+		if defs, err = e.loadDefinitions(ctx, conn, "WHERE d.status IN ('waiting_to_backfill','backfilling','live') AND d.verified"); err != nil {
 			return false, err
 		}
 	}

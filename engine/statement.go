@@ -57,7 +57,47 @@ type ApplyOptions struct {
 // (the caller's own block, or one the caller opened for an autocommit
 // statement). Errors are *pgerr.Error with positions relative to the
 // statement text the grammar parsed.
+//
+// The statement runs in the client's session, as the client. The one name
+// a user writes that resolves through her search_path, the source table, is
+// resolved first; every query of the statement then runs with the workers'
+// search_path (pg_catalog, pg_temp, D20), restored when it returns, so a
+// function or operator planted in a schema on the client's path is never
+// what a catalog query or a formula probe calls, and a formula resolves at
+// define exactly as the workers will resolve it.
 func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
+	if s, ok := st.(*grammar.TransformStmt); ok && s.Source.Schema == "" {
+		var schema *string
+		if err := q.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.oid = to_regclass($1)`, pgx.Identifier{s.Source.Name}.Sanitize()).Scan(&schema); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if schema != nil {
+			qualified := *s
+			qualified.Source.Schema = *schema
+			st = &qualified
+		}
+	}
+	var path string
+	if err := q.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path); err != nil {
+		return nil, err
+	}
+	if _, err := q.Exec(ctx, `SELECT set_config('search_path', 'pg_catalog, pg_temp', true)`); err != nil {
+		return nil, err
+	}
+	a, err := e.apply(ctx, q, st, opts)
+	if err != nil {
+		// The client's transaction or savepoint is rolled back, and the
+		// setting with it.
+		return nil, err
+	}
+	if _, err := q.Exec(ctx, `SELECT set_config('search_path', $1, true)`, path); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
 	switch s := st.(type) {
 	case *grammar.TransformStmt:
 		return e.applyTransform(ctx, q, s, opts)
@@ -228,6 +268,12 @@ func (e *Engine) resolveSource(ctx context.Context, q Querier, name grammar.Qual
 	if err != nil {
 		return nil, err
 	}
+	return e.sourceByOID(ctx, q, oid, src)
+}
+
+// sourceByOID reads the columns and key of the source table oid into src,
+// whose Schema and Table name it.
+func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *resolvedSource) (*resolvedSource, error) {
 	rows, err := q.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
 			COALESCE(a.attnum = ANY (i.indkey::int2[]), false)
 		FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary

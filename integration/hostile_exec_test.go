@@ -80,6 +80,15 @@ func execShadowingFunction(t *testing.T, h *trellisHarness, workers string) {
 	mustExec(t, m, `CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $f$
 `+execTrap+`  RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x;
 END $f$`)
+	// Exact matches for calls a TRANSFORM's define-time queries make in the
+	// defining client's own session: they would run as the victim.
+	mustExec(t, m, `CREATE FUNCTION public.format(f text, a text, b text) RETURNS text LANGUAGE plpgsql AS $f$
+`+execTrap+`  RETURN pg_catalog.format(f, a, b);
+END $f$`)
+	mustExec(t, m, `CREATE FUNCTION public.unnest(a int2[]) RETURNS SETOF int2 LANGUAGE plpgsql AS $f$
+`+execTrap+`  RETURN QUERY SELECT x FROM pg_catalog.unnest(a) x;
+END $f$`)
+	mustExec(t, m, `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO PUBLIC`)
 	// The victim is a role of its own, whose tables the workers may
 	// capture (a member of its role, as docs/security.md asks).
 	admin := execConnectAs(t, h.db, "postgres")

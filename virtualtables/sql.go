@@ -291,7 +291,8 @@ CREATE VIEW {{S}}.definitions WITH (security_barrier = true) AS
          s.backfill_failure,
          coalesce(s.capture_failure ->> 'kind' = 'halt', false) AS halted,
          (CASE WHEN s.capture_failure ->> 'kind' = 'halt' THEN s.capture_failure END)::jsonb AS halt,
-         d.definition_sql::text AS definition_text
+         d.definition_sql::text AS definition_text,
+         d.verified AS statement_verified
   FROM {{S}}.status s JOIN {{S}}._definitions d ON d.id = s.definition_id;
 
 -- §5.5: relationships are not stored yet; the view has its final shape.
@@ -486,14 +487,21 @@ BEGIN
       SELECT id, 0 FROM defs
       UNION ALL
       SELECT e.id, lv.level + 1 FROM edges e JOIN lv ON lv.id = e.up WHERE lv.level < 64)
-    SELECT d.id, d.definition_text, max(lv.level) AS level
-    FROM defs d JOIN lv ON lv.id = d.id GROUP BY d.id, d.definition_text ORDER BY 3, 1
+    SELECT d.id, d.definition_text, d.statement_verified, max(lv.level) AS level
+    FROM defs d JOIN lv ON lv.id = d.id GROUP BY d.id, d.definition_text, d.statement_verified ORDER BY 4, 1
   LOOP
     IF r.level <> lvl THEN
       lvl := r.level;
       out := out || format('-- level %s', lvl) || chr(10);
     END IF;
-    out := out || rtrim(r.definition_text, E'; \n\t') || ';' || chr(10);
+    -- Only a statement the workers re-parsed and re-rendered (or one a
+    -- session with their privileges wrote) is replayed: another role's
+    -- text could carry a second statement for the administrator to run.
+    IF r.statement_verified THEN
+      out := out || rtrim(r.definition_text, E'; \n\t') || ';' || chr(10);
+    ELSE
+      out := out || format('-- definition %s left out: the workers have not verified its statement (see trellis.status)', r.id) || chr(10);
+    END IF;
   END LOOP;
   IF with_pauses THEN
     -- Operator pauses only: a capture failure or halt is not the operator's.

@@ -44,7 +44,7 @@ func TestReflection(t *testing.T) {
 		{"applied", nil}, // composite types are not in information_schema.columns; checked below
 		{"definitions", []string{"id bigint", "target text", "target_table text", "source_table text", "kind text",
 			"owner text", "status text", "version bigint", "created_at timestamp with time zone", "reads text[]",
-			"backfill_failure jsonb", "halted boolean", "halt jsonb", "definition_text text"}},
+			"backfill_failure jsonb", "halted boolean", "halt jsonb", "definition_text text", "statement_verified boolean"}},
 		{"relationships", []string{"id bigint", "address text", "name text", "from_schema text", "from_table text",
 			"from_col text", "to_schema text", "to_table text", "to_col text", "cardinality text", "owner text",
 			"warnings text[]", "created_at timestamp with time zone"}},

@@ -232,6 +232,8 @@ CREATE TABLE "trellis"._self_check_divergences (
 -- status.drain_failure.since / last_seen: when a bucket's failing run of
 -- pages began and when it last failed (cleared by its next committed page).
 ALTER TABLE "trellis"._batch_buckets ADD COLUMN failed_since timestamptz, ADD COLUMN failed_last timestamptz;
+-- migration 17
+ALTER TABLE "trellis"._definitions ADD COLUMN verified boolean NOT NULL DEFAULT false;
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
@@ -242,6 +244,14 @@ BEGIN
       DETAIL = 'trellis: permission/MissingPrivilege';
   END IF;
 END $fn$;
+
+-- D21: a session that holds the workers' privileges gains nothing by
+-- handing the catalog a compiled form of its own; its rows are trusted as
+-- written. Every other row is verified by the workers (verify.go).
+CREATE OR REPLACE FUNCTION "trellis"._trusted_writer() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT pg_has_role(session_user, (SELECT worker_role FROM "trellis"._instance), 'MEMBER')
+$fn$;
 
 CREATE OR REPLACE FUNCTION "trellis"._instance_worker_role() RETURNS name
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
@@ -383,8 +393,9 @@ BEGIN
   target := "trellis"._create_table(acting, tschema, tname, target_shape);
   ledger := "trellis"._create_table(acting, tschema, tname || '__ledger', ledger_shape);
   INSERT INTO "trellis"._definitions (target_table, target_oid, ledger_oid, owner_role, kind,
-      source_table, source_oid, definition_sql, compiled, status)
-  VALUES (format('%I.%I', tschema, tname), target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled, 'waiting_to_backfill')
+      source_table, source_oid, definition_sql, compiled, status, verified)
+  VALUES (format('%I.%I', tschema, tname), target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled,
+          'waiting_to_backfill', "trellis"._trusted_writer())
   RETURNING id INTO new_id;
   INSERT INTO "trellis"._definition_reads (definition_id, table_name, table_oid, columns, role)
   VALUES (new_id, source_table, source_oid, read_columns, read_role);
@@ -944,6 +955,7 @@ BEGIN
       DETAIL = 'trellis: conflict/DependentsBlockDrop';
   END IF;
   UPDATE "trellis"._definitions SET definition_sql = statement, compiled = new_compiled, version = version + 1,
+    verified = "trellis"._trusted_writer(),
     status = CASE WHEN cardinality(rebuilt) > 0 THEN 'waiting_to_backfill' ELSE status END,
     build_started_at = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_started_at END,
     build_rows_done = CASE WHEN cardinality(rebuilt) > 0 THEN NULL ELSE build_rows_done END,

@@ -1,0 +1,196 @@
+package engine
+
+// D21: catalog rows are untrusted input. _define and _lifecycle_alter are
+// callable by any role over a direct connection, and store the statement
+// text and the compiled form the caller hands them; the compiled form holds
+// SQL fragments the workers run. A row written by a session that already
+// holds the workers' privileges (a superuser, a member of the workers' role,
+// the engine's own pool) is trusted as written: it gains nothing by lying.
+// Any other row is verified before the workers act on it: its statement is
+// parsed again, must be exactly one TRANSFORM in canonical form, and is
+// compiled again by the workers against the live catalog; the row is
+// marked verified only if that compiled form equals the stored one, and a
+// row that does not is paused with a capture_failure that says so. Until it
+// is verified, no capture is installed for it, no build starts, pages defer
+// its keys and the dump leaves its statement out.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-proxy/trellis-proxy/grammar"
+)
+
+// recompile compiles the stored statement stmt of a definition over the
+// source srcOID the way Define compiles it, as the workers see the catalog.
+func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID uint32) (*compiled, error) {
+	parsed, err := grammar.Parse(stmt)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := parsed.(*grammar.TransformStmt)
+	if !ok {
+		return nil, fmt.Errorf("it is not a TRANSFORM statement")
+	}
+	if grammar.Canonical(st) != stmt {
+		return nil, fmt.Errorf("it is not in the canonical form the engine stores")
+	}
+	src := &resolvedSource{types: map[string]string{}}
+	var srcText string
+	err = q.QueryRow(ctx, `SELECT n.nspname, c.relname, format('%I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, srcOID).Scan(&src.Schema, &src.Table, &srcText)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.sourceByOID(ctx, q, srcOID, src); err != nil {
+		return nil, err
+	}
+	res, err := grammar.Resolve(st, &src.Source)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.check(e.cfg.TargetSchema); err != nil {
+		return nil, err
+	}
+	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
+		return nil, err
+	}
+	c := &compiled{Spec: *spec, SourceText: srcText}
+	if err := checkSourceKeyTypes(ctx, q, srcOID, srcText); err != nil {
+		return nil, err
+	}
+	if c.Key, c.KeyNullable, _, err = e.sourceKey(ctx, q, srcOID, srcText); err != nil {
+		return nil, err
+	}
+	if err := e.resolveTypes(ctx, q, c); err != nil {
+		return nil, err
+	}
+	if err := q.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", spec.Target.Schema, spec.Target.Name).Scan(&c.TargetText); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// sameCompiled reports whether the stored compiled form raw is exactly c.
+func sameCompiled(raw []byte, c *compiled) (bool, error) {
+	var stored compiled
+	if err := json.Unmarshal(raw, &stored); err != nil {
+		return false, nil
+	}
+	a, err := json.Marshal(&stored)
+	if err != nil {
+		return false, err
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(a, b), nil
+}
+
+// verifyDefinitions verifies every applying definition not verified yet
+// (see the top of this file) and pauses those whose row does not match
+// their statement. It runs on the staging connection at the start of
+// every full pass. acted: it verified or paused something.
+func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+	type row struct {
+		id     int64
+		stmt   string
+		raw    []byte
+		srcOID uint32
+		target string
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT d.id, d.definition_sql, d.compiled, d.source_oid, d.target_table
+		FROM %s d WHERE NOT d.verified AND %s ORDER BY d.id`, e.tbl("_definitions"), applyingStatuses))
+	if err != nil {
+		return false, err
+	}
+	todo, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		return x, r.Scan(&x.id, &x.stmt, &x.raw, &x.srcOID, &x.target)
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, d := range todo {
+		why, err := e.verifyOne(ctx, conn, d.stmt, d.raw, d.srcOID)
+		if err != nil {
+			if conn.IsClosed() || ctx.Err() != nil {
+				return acted, err
+			}
+			e.log.Warn("verifying a definition failed; retried next pass", append([]any{"definition", d.id}, errAttrs(err)...)...)
+			continue
+		}
+		acted = true
+		if why == "" {
+			if _, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET verified = true
+				WHERE id = $1 AND definition_sql = $2 AND compiled = $3::jsonb`, e.tbl("_definitions")), d.id, d.stmt, d.raw); err != nil {
+				return acted, err
+			}
+			continue
+		}
+		f := &captureFailure{Table: d.target,
+			Error: fmt.Sprintf("the catalog row of transform %s does not match its statement as the workers compile it: %s; the workers do not run it", d.target, why),
+			Remedy: fmt.Sprintf("define the transform through the proxy (PAUSE TRANSFORM, DROP TRANSFORM %s, then TRANSFORM again); "+
+				"the catalog functions accept no compiled form of their own", d.target)}
+		if err := e.pauseFailed(ctx, conn, d.id, f); err != nil {
+			return acted, err
+		}
+		e.log.Warn("transform paused: its catalog row does not match its statement", "definition", d.id)
+	}
+	return acted, nil
+}
+
+// verifyOne recompiles one definition in a transaction it rolls back (the
+// formula check plants a temporary view) and says why its row does not
+// match, "" if it does. Errors of the connection or context are returned;
+// any other error of the recompile is a reason.
+func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw []byte, srcOID uint32) (string, error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite})
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+		return "", err
+	}
+	c, err := e.recompile(ctx, tx, stmt, srcOID)
+	if err != nil {
+		var se *pgconn.PgError
+		if ctx.Err() != nil || conn.IsClosed() {
+			return "", err
+		}
+		if errors.As(err, &se) && (se.Code == "55P03" || se.Code[:2] == "40" || se.Code[:2] == "53" || se.Code[:2] == "57") {
+			return "", err // a lock wait or resource: try again next pass
+		}
+		return "its statement does not compile (" + err.Error() + ")", nil
+	}
+	same, err := sameCompiled(raw, c)
+	if err != nil {
+		return "", err
+	}
+	if !same {
+		return "its compiled form differs from the statement's", nil
+	}
+	return "", nil
+}
+
+// pauseFailed pauses an applying definition with a capture_failure.
+func (e *Engine) pauseFailed(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) error {
+	raw, _ := json.Marshal(f)
+	_, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
+		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), id, raw)
+	return err
+}

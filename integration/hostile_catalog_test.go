@@ -1,0 +1,154 @@
+package integration
+
+// Issue 14, item 2 and D21: catalog rows are untrusted input. The catalog
+// functions _define and _lifecycle_alter are callable by any role over a
+// direct connection, and store the statement text and compiled form the
+// caller hands them. An ordinary role crafts both; the workers must compile
+// from the statement they re-parse, never run her SQL fragments, and the
+// dump must never carry her text to an administrator's replay.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// catalogSetup gives exec_mallory a source and a live transform of her own,
+// defined through the proxy as a user would, and a victim's transform
+// beside it. It returns mallory's direct connection and her definition's id.
+func catalogSetup(t *testing.T, h *trellisHarness, workers string) (*pgx.Conn, int64) {
+	t.Helper()
+	ctx := context.Background()
+	m := execMallory(t, h)
+	if workers != "" {
+		// The workers capture her table's changes (docs/security.md).
+		mustExec(t, h.client(t), `GRANT exec_mallory TO `+pgx.Identifier{workers}.Sanitize())
+	}
+	mustExec(t, m, `CREATE TABLE public.cat_src (id int PRIMARY KEY, v text)`)
+	mustExec(t, m, `INSERT INTO public.cat_src SELECT g, 'v' || g FROM generate_series(1, 20) g`)
+	viaProxy := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	mustExec(t, viaProxy, `TRANSFORM cat_t FROM public.cat_src SELECT upper(v) AS w`)
+	su := h.client(t)
+	mustExec(t, su, `CREATE TABLE public.cat_victim_src (id int PRIMARY KEY, a int)`)
+	mustExec(t, su, `INSERT INTO public.cat_victim_src SELECT g, g FROM generate_series(1, 20) g`)
+	if workers != "" {
+		mustExec(t, su, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'cat_victim_owner') THEN CREATE ROLE cat_victim_owner; END IF; END $$`)
+		mustExec(t, su, `ALTER TABLE public.cat_victim_src OWNER TO cat_victim_owner`)
+		mustExec(t, su, `GRANT cat_victim_owner TO `+pgx.Identifier{workers}.Sanitize())
+	}
+	mustExec(t, su, `TRANSFORM cat_victim FROM public.cat_victim_src SELECT a * 2 AS b`)
+	h.waitStatus(t, "cat_t", "live")
+	h.waitStatus(t, "cat_victim", "live")
+	var id int64
+	if err := h.pool.QueryRow(ctx, `SELECT id FROM trellis._definitions WHERE target_table = 'public.cat_t'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return m, id
+}
+
+// catalogSecret is what a crafted field expression tries to read: the
+// password hashes of pg_authid and a server file.
+const catalogSecret = `(SELECT pg_catalog.string_agg(rolname || ':' || coalesce(rolpassword, ''), ',') FROM pg_catalog.pg_authid) || pg_catalog.pg_read_file('PG_VERSION')`
+
+// catalogAssertNothingLeaked fails if mallory's target holds a role name
+// (pg_authid), or her transform was not paused by the workers, and checks
+// that the victim's transform still converges.
+func catalogAssertNothingLeaked(t *testing.T, h *trellisHarness, target string) {
+	t.Helper()
+	ctx := context.Background()
+	// Given the time to run her SQL (a rebuild, a page), or to be paused.
+	deadline := time.Now().Add(20 * time.Second)
+	status, failure := execStatus(t, h, target)
+	for !(status == "paused" && strings.Contains(failure, "does not match its statement")) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		status, failure = execStatus(t, h, target)
+	}
+	var leaked int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM public.`+pgx.Identifier{target}.Sanitize()+
+		` t WHERE t::text LIKE '%postgres%' OR t::text LIKE '%exec_mallory%'`).Scan(&leaked); err != nil {
+		t.Fatal(err)
+	}
+	if leaked > 0 {
+		t.Errorf("%d rows of %s carry pg_authid's contents", leaked, target)
+	}
+	if status != "paused" || !strings.Contains(failure, "does not match its statement") {
+		t.Errorf("%s: status %q (%q), want paused: its catalog row does not match its statement", target, status, failure)
+	}
+	su := h.client(t)
+	mustExec(t, su, `UPDATE public.cat_victim_src SET a = a + 1`)
+	mustExec(t, su, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`)
+	h.sameAs(t, su, `SELECT id, b FROM public.cat_victim`, `SELECT id, a * 2 FROM public.cat_victim_src`)
+	execAssertNothingGained(t, h)
+}
+
+// A crafted compiled form through _lifecycle_alter: her live transform's
+// field is made to read pg_authid, and a rebuild requested.
+func TestCatalogCraftedAlterNeverRuns(t *testing.T) {
+	h := startTrellis(t)
+	m, id := catalogSetup(t, h, "")
+	ctx := context.Background()
+	var stmt, compiled, reads string
+	if err := h.pool.QueryRow(ctx, `SELECT d.definition_sql, jsonb_set(d.compiled, '{spec,fields,0,expr}', to_jsonb($2::text))::text, r.columns::text
+		FROM trellis._definitions d JOIN trellis._definition_reads r ON r.definition_id = d.id WHERE d.id = $1`, id, catalogSecret).
+		Scan(&stmt, &compiled, &reads); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, m, `SELECT trellis._lifecycle_alter('exec_mallory'::regrole, $1, $2, $3::jsonb, $4::jsonb, '{}', '{w}')`, id, stmt, compiled, reads)
+	mustExec(t, m, `UPDATE public.cat_src SET v = v || '!'`)
+	catalogAssertNothingLeaked(t, h, "cat_t")
+}
+
+// A crafted compiled form through _define: a new transform whose stored
+// statement is harmless and whose compiled field reads pg_authid.
+func TestCatalogCraftedDefineNeverRuns(t *testing.T) {
+	h := startTrellisWorkers(t, "cat_workers")
+	m, id := catalogSetup(t, h, "cat_workers")
+	ctx := context.Background()
+	var stmt, compiled string
+	if err := h.pool.QueryRow(ctx, `SELECT replace(d.definition_sql, 'cat_t', 'cat_evil'),
+		  jsonb_set(jsonb_set(jsonb_set(d.compiled, '{spec,fields,0,expr}', to_jsonb($2::text)),
+		    '{spec,target,name}', '"cat_evil"'), '{target_text}', '"public.cat_evil"')::text
+		FROM trellis._definitions d WHERE d.id = $1`, id, catalogSecret).Scan(&stmt, &compiled); err != nil {
+		t.Fatal(err)
+	}
+	target := `{"cols":[{"n":"id","t":23,"m":-1,"nn":true},{"n":"w","t":25,"m":-1}],"pk":["id"]}`
+	ledger := `{"cols":[{"n":"k","t":25,"m":-1,"nn":true}],"pk":["k"]}`
+	mustExec(t, m, `SELECT trellis._define('exec_mallory'::regrole, 'public', 'cat_evil', $1::jsonb, $2::jsonb, 'one_to_one',
+		'public.cat_src', 'public.cat_src'::regclass, $3, $4::jsonb, '["v"]', 'source')`, target, ledger, stmt, compiled)
+	mustExec(t, m, `SELECT pg_notify('trellis_wake', 'define')`)
+	catalogAssertNothingLeaked(t, h, "cat_evil")
+}
+
+// Statement text with a second statement after the TRANSFORM: the dump
+// must not hand it to an administrator, whose replay would run it.
+func TestCatalogCraftedStatementNeverDumped(t *testing.T) {
+	h := startTrellis(t)
+	m, id := catalogSetup(t, h, "")
+	ctx := context.Background()
+	var stmt, compiled, reads string
+	if err := h.pool.QueryRow(ctx, `SELECT d.definition_sql || '; ALTER ROLE exec_mallory SUPERUSER', d.compiled::text, r.columns::text
+		FROM trellis._definitions d JOIN trellis._definition_reads r ON r.definition_id = d.id WHERE d.id = $1`, id).
+		Scan(&stmt, &compiled, &reads); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, m, `SELECT trellis._lifecycle_alter('exec_mallory'::regrole, $1, $2, $3::jsonb, $4::jsonb, '{}', '{}')`, id, stmt, compiled, reads)
+	su := h.client(t)
+	var dump string
+	if err := su.QueryRow(ctx, `SELECT trellis.dump_definitions_sql()`).Scan(&dump); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(dump, "ALTER ROLE") {
+		t.Errorf("the dump carries mallory's statement:\n%s", dump)
+	}
+	// The administrator's replay (through the proxy, as documented) of
+	// what the dump holds, after dropping what it recreates.
+	mustExec(t, su, `PAUSE TRANSFORM cat_victim`)
+	mustExec(t, su, `DROP TRANSFORM cat_victim`)
+	if _, err := su.Exec(ctx, dump, pgx.QueryExecModeSimpleProtocol); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Logf("replay: %v", err)
+	}
+	catalogAssertNothingLeaked(t, h, "cat_t")
+}
