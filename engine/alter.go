@@ -170,6 +170,9 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if !ok {
 		return nil, fmt.Errorf("definition %d: stored text is not a TRANSFORM", d.id)
 	}
+	if def.Source.Schema == "" && d.c != nil { // as in revalidate
+		def.Source.Schema = d.c.Spec.Source.Schema
+	}
 	merged, res, err := grammar.ApplyAlter(def, st)
 	if err != nil {
 		return nil, err

@@ -14,7 +14,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 17
+const formatVersion = 18
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -307,6 +307,13 @@ $fn$;
 	// statement (verify.go, D21). Rows of earlier formats are verified
 	// again: a row crafted before this format must not stay trusted.
 	`ALTER TABLE {{S}}._definitions ADD COLUMN verified boolean NOT NULL DEFAULT false;`,
+	// 18: the staging singleton's advisory key, random and readable by the
+	// workers' role only (staging.go). A key derived from the schema name
+	// could be computed and taken by any role before a staging worker.
+	`CREATE TABLE {{S}}._staging_key (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  key bigint NOT NULL, rotations bigint NOT NULL DEFAULT 0);
+INSERT INTO {{S}}._staging_key (key) VALUES (('x' || substr(md5(gen_random_uuid()::text), 1, 16))::bit(64)::int8);`,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {

@@ -152,6 +152,12 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 	if !ok {
 		return fmt.Errorf("definition %d: stored text is not a TRANSFORM", d.id)
 	}
+	// A stored statement names its source qualified; one written by an
+	// earlier version may not, and resolves in the definition's schema (the
+	// statement's own queries run under pg_catalog, pg_temp; see Apply).
+	if st.Source.Schema == "" && d.c != nil {
+		st.Source.Schema = d.c.Spec.Source.Schema
+	}
 	src, err := e.resolveSource(ctx, q, st.Source)
 	if err != nil {
 		return err

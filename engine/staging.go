@@ -19,7 +19,32 @@ func codeOf(err error) string {
 	return ""
 }
 
-func (e *Engine) stagingLockKey() int64 { return lockKey("trellis-staging:" + e.cfg.Schema) }
+// stagingKey reads the staging singleton's advisory key. It is random and
+// only the workers' role can read it; any role can still see it in
+// pg_locks while a staging worker holds it, and take it once that worker's
+// session ends. A standby that finds the key held by a backend of another
+// role replaces it (rotateStagingKey): the next holder is a worker again,
+// after one takeover interval, however often a tenant repeats this.
+func (e *Engine) stagingKey(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	var key int64
+	err := conn.QueryRow(ctx, fmt.Sprintf("SELECT key FROM %s", e.tbl("_staging_key"))).Scan(&key)
+	return key, err
+}
+
+// rotateStagingKey replaces the key old if a backend outside the workers'
+// role holds it, and reports whether it did.
+func (e *Engine) rotateStagingKey(ctx context.Context, conn *pgx.Conn, old int64) (bool, error) {
+	tag, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET key = ('x' || substr(md5(gen_random_uuid()::text), 1, 16))::bit(64)::int8,
+		  rotations = rotations + 1
+		WHERE key = $1 AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		    AND ((l.classid::int8 << 32) | l.objid::int8) = $1
+		    AND a.usename IS DISTINCT FROM (SELECT worker_role FROM %s))`, e.tbl("_staging_key"), e.tbl("_instance")), old)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
 
 // stagingCandidate competes for the instance's staging lock (§12.11) on a
 // dedicated connection and, while holding it, does the staging work on that
@@ -51,12 +76,32 @@ func (e *Engine) stagingSession(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	for {
+		key, err := e.stagingKey(ctx, conn)
+		if err != nil {
+			return err
+		}
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.stagingLockKey()).Scan(&got); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
 			return err
 		}
 		if got {
+			// The key may have been rotated between our read and the lock.
+			if now, err := e.stagingKey(ctx, conn); err != nil || now != key {
+				if _, uerr := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); uerr != nil {
+					return uerr
+				}
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			break
+		}
+		if rotated, err := e.rotateStagingKey(ctx, conn, key); err != nil {
+			return err
+		} else if rotated {
+			e.log.Warn("the staging key was held by a session outside the workers' role; replaced it")
+			continue
 		}
 		select {
 		case <-ctx.Done():

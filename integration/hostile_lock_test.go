@@ -85,38 +85,55 @@ func TestLockMigrateKeyHeld(t *testing.T) {
 	lockNoRoleGained(t, db)
 }
 
-// Mallory holds the staging key under a staging worker's application_name:
-// /readyz and trellis.fleet must not count her as the staging worker.
-func TestLockStagingKeyForged(t *testing.T) {
+// Mallory reads the staging key in pg_locks while a staging worker holds
+// it, and takes it the moment that worker's session ends, under a staging
+// worker's application_name (the key derived from the schema name, which
+// earlier versions used, too). /readyz and trellis.fleet must not count her
+// as the staging worker, and a standby must replace the key and become the
+// staging worker: her lock must not stop every transform's progress.
+func TestLockStagingKeyTaken(t *testing.T) {
 	db := obsDB(t)
 	a := startObs(t, db, "lock-a", nil)
 	waitReady(t, a)
-	a.stop()
 	m := lockMallory(t, db, "trellis-staging lock-a")
 	ctx := context.Background()
+	var held int64
+	if err := m.QueryRow(ctx, `SELECT (l.classid::int8 << 32) | l.objid::int8 FROM pg_locks l JOIN pg_stat_activity s ON s.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND s.application_name LIKE 'trellis-staging%' LIMIT 1`).Scan(&held); err != nil {
+		t.Fatalf("reading the held staging key in pg_locks: %v", err)
+	}
+	a.stop()
 	var got bool
 	eventually(t, 30*time.Second, "lock_mallory to take the freed staging key", func() bool {
-		if err := m.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey("trellis-staging:trellis")).Scan(&got); err != nil {
+		if err := m.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", held).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		return got
 	})
-	b := startObs(t, db, "lock-b", nil)
-	eventually(t, 30*time.Second, "/readyz to report no live staging worker", func() bool {
-		code, body := httpGet(t, b, "/readyz")
-		return code == 503 && body == "no live staging worker"
-	})
-	if s := scrape(t, b); s[`trellis_staging_worker_live{}`] != 0 {
-		t.Errorf("trellis_staging_worker_live = %v with only lock_mallory holding the key", s[`trellis_staging_worker_live{}`])
+	if _, err := m.Exec(ctx, "SELECT pg_try_advisory_lock($1)", lockKey("trellis-staging:trellis")); err != nil {
+		t.Fatal(err)
 	}
-	c := connectURL(t, b.url("postgres", "", db, ""))
-	var live bool
-	if err := c.QueryRow(ctx, "SELECT trellis.has_live_staging_worker()").Scan(&live); err != nil || live {
-		t.Fatalf("has_live_staging_worker() = %v (%v) with only lock_mallory holding the key", live, err)
-	}
+	c := connectURL(t, pgcluster.ForTest(t).URL(db))
 	var holders int
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM trellis._staging_holder()").Scan(&holders); err != nil || holders != 0 {
 		t.Fatalf("_staging_holder() lists %d holders (%v) with only lock_mallory holding the key", holders, err)
+	}
+	b := startObs(t, db, "lock-b", nil)
+	eventually(t, 30*time.Second, "lock-b to become the staging worker", func() bool {
+		code, _ := httpGet(t, b, "/readyz")
+		return code == 200
+	})
+	pc := connectURL(t, b.url("postgres", "", db, ""))
+	mustExec(t, pc, `CREATE TABLE lock_src (id int PRIMARY KEY, v int)`)
+	mustExec(t, pc, `INSERT INTO lock_src SELECT g, g FROM generate_series(1, 10) g`)
+	mustExec(t, pc, `TRANSFORM lock_t FROM lock_src SELECT v + 1 AS w`)
+	var status string
+	if err := pc.QueryRow(ctx, `SELECT trellis.await_live('lock_t', 30000)`).Scan(&status); err != nil {
+		t.Fatalf("a transform while lock_mallory holds the old staging key: %v", err)
+	}
+	var live bool
+	if err := pc.QueryRow(ctx, "SELECT trellis.has_live_staging_worker()").Scan(&live); err != nil || !live {
+		t.Fatalf("has_live_staging_worker() = %v (%v)", live, err)
 	}
 	lockNoRoleGained(t, db)
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -235,18 +234,9 @@ func render(script string, o Options) string {
 	r := strings.NewReplacer(
 		"{{S}}", ident(o.Schema),
 		"{{SN}}", literal(o.Schema),
-		"{{STAGING_KEY}}", strconv.FormatInt(lockKey("trellis-staging:"+o.Schema), 10),
 		"{{TTL_MS}}", strconv.FormatInt(o.WorkerTTL.Milliseconds(), 10),
 	)
 	return r.Replace(script)
-}
-
-// lockKey matches the engine's advisory lock keys (FNV-1a 64 of the name):
-// has_live_staging_worker probes the engine's staging lock by this key.
-func lockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return int64(h.Sum64())
 }
 
 func ident(s string) string { return pgx.Identifier{s}.Sanitize() }

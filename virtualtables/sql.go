@@ -3,7 +3,7 @@ package virtualtables
 // surfaceSQL creates every API object of surface spec §4 that this version
 // has, plus the internal helpers they need. Placeholders: {{S}} the quoted
 // catalog schema, {{SN}} the schema name as a SQL string literal (for
-// messages), {{STAGING_KEY}} the staging advisory lock key, {{TTL_MS}} the
+// messages), {{TTL_MS}} the
 // worker reclaim TTL in milliseconds.
 //
 // Rules kept throughout:
@@ -86,7 +86,7 @@ RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_c
   FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid AND a.usename = {{S}}._instance_worker_role()
   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND ((l.classid::int8 << 32) | l.objid::int8) = {{STAGING_KEY}}
+    AND ((l.classid::int8 << 32) | l.objid::int8) = (SELECT key FROM {{S}}._staging_key)
   LIMIT 1
 $fn$;
 
@@ -106,11 +106,7 @@ $fn$;
 -- role (usename, which no other role can forge).
 CREATE FUNCTION {{S}}.has_live_staging_worker() RETURNS boolean LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT EXISTS (SELECT 1 FROM pg_locks l
-    JOIN pg_stat_activity a ON a.pid = l.pid AND a.usename = {{S}}._instance_worker_role()
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND ((l.classid::int8 << 32) | l.objid::int8) = {{STAGING_KEY}})
+  SELECT EXISTS (SELECT 1 FROM {{S}}._staging_holder())
 $fn$;
 
 CREATE FUNCTION {{S}}.has_live_drain_workers() RETURNS boolean LANGUAGE sql STABLE

@@ -234,6 +234,11 @@ CREATE TABLE "trellis"._self_check_divergences (
 ALTER TABLE "trellis"._batch_buckets ADD COLUMN failed_since timestamptz, ADD COLUMN failed_last timestamptz;
 -- migration 17
 ALTER TABLE "trellis"._definitions ADD COLUMN verified boolean NOT NULL DEFAULT false;
+-- migration 18
+CREATE TABLE "trellis"._staging_key (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  key bigint NOT NULL, rotations bigint NOT NULL DEFAULT 0);
+INSERT INTO "trellis"._staging_key (key) VALUES (('x' || substr(md5(gen_random_uuid()::text), 1, 16))::bit(64)::int8);
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
