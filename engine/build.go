@@ -60,9 +60,7 @@ func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, sk
 	var got bool
 	// The fence, then the build mark (fence.go): a lifecycle statement
 	// cancels a step holding the mark instead of waiting for it.
-	if err := tx.QueryRow(ctx, "SELECT CASE WHEN pg_try_advisory_xact_lock_shared($1, "+fenceObject("$2::bigint")+
-		") THEN pg_advisory_xact_lock_shared($3, "+fenceObject("$2::bigint")+") IS NOT NULL ELSE false END",
-		e.fenceClass(), defID, e.buildMarkClass()).Scan(&got); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT cardinality("+e.tryFencesSQL("ARRAY[$1::bigint]", true)+") = 1", defID).Scan(&got); err != nil {
 		return false, 0, err
 	}
 	if !got {

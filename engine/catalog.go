@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -14,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 18
+const formatVersion = 19
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -314,12 +313,25 @@ $fn$;
   singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
   key bigint NOT NULL, rotations bigint NOT NULL DEFAULT 0);
 INSERT INTO {{S}}._staging_key (key) VALUES (('x' || substr(md5(gen_random_uuid()::text), 1, 16))::bit(64)::int8);`,
+	// 19: the definition fence as relation locks (fence.go): one empty view
+	// per definition and the build mark, in a schema without PUBLIC usage,
+	// so no other role can name, take or queue for them.
+	`CREATE SCHEMA {{SF}};
+REVOKE ALL ON SCHEMA {{SF}} FROM PUBLIC;
+CREATE VIEW {{SF}}.build_mark AS SELECT;
+DO $m$ DECLARE r record;
+BEGIN
+  FOR r IN SELECT id FROM {{S}}._definitions LOOP
+    EXECUTE format('CREATE VIEW %I.%I AS SELECT', {{SFN}}, 'd' || r.id);
+  END LOOP;
+END $m$;`,
 }
 
 func (e *Engine) renderCatalogSQL(s string) string {
 	s = strings.ReplaceAll(s, "{{SL}}", strings.ReplaceAll(ident(e.cfg.Schema), "'", "''"))
-	s = strings.ReplaceAll(s, "{{FENCE}}", strconv.Itoa(int(e.fenceClass())))
-	s = strings.ReplaceAll(s, "{{BUILDMARK}}", strconv.Itoa(int(e.buildMarkClass())))
+	s = strings.ReplaceAll(s, "{{SFL}}", strings.ReplaceAll(ident(e.fenceSchema()), "'", "''"))
+	s = strings.ReplaceAll(s, "{{SFN}}", lit(e.fenceSchema()))
+	s = strings.ReplaceAll(s, "{{SF}}", ident(e.fenceSchema()))
 	return strings.ReplaceAll(s, "{{S}}", ident(e.cfg.Schema))
 }
 

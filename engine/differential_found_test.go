@@ -126,9 +126,9 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 		paused <- err
 	}()
 	// The PAUSE either returns at once (the page then writes the paused
-	// field) or waits on rd's fence, an advisory lock, until the page ends.
+	// field) or waits on rd's fence, a relation lock, until the page ends.
 	if returned, err := awaitBeforeReturn(t, "PAUSE to return or wait on a fence", paused, func() bool {
-		return count(t, pool, `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`) > 0
+		return count(t, pool, `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'relation'`) > 0
 	}); returned {
 		release.open()
 		if err != nil {

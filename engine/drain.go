@@ -419,7 +419,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		  FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
 		  WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')),
 		fenced AS MATERIALIZED (
-		  SELECT c.id FROM (SELECT DISTINCT id FROM cand WHERE NOT heap) c WHERE pg_try_advisory_xact_lock_shared($2, %[3]s)),
+		  SELECT unnest(%[3]s) AS id),
 		locked AS (
 		  SELECT d.id, d.version, d.compiled FROM %[1]s d
 		  WHERE d.id IN (SELECT id FROM fenced) AND d.status IN ('backfilling', 'live') AND d.verified
@@ -429,8 +429,9 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled,
 		  EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = cand.id)
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
-		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), fenceObject("c.id"), heapBuilding("d"),
-		e.tbl("_page_failures")), tables, e.fenceClass())
+		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"),
+		e.tryFencesSQL("ARRAY(SELECT DISTINCT id FROM cand WHERE NOT heap ORDER BY id)", false), heapBuilding("d"),
+		e.tbl("_page_failures")), tables)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -556,8 +557,7 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 	// A heap build's keys stay deferred until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH free AS (
 		  SELECT d.id, d.status IN ('backfilling', 'live') AS applying FROM %[1]s d
-		  WHERE d.id IN (SELECT c.id FROM (SELECT DISTINCT definition_id AS id FROM %[2]s) c
-		                 WHERE pg_try_advisory_xact_lock_shared($1, %[4]s))
+		  WHERE d.id IN (SELECT unnest(%[4]s))
 		    AND NOT %[5]s
 		    AND NOT EXISTS (SELECT 1 FROM %[6]s pf WHERE pf.definition_id = d.id AND pf.next_attempt_at > now())
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED),
@@ -567,7 +567,7 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 		  SELECT src_table, key, 'rederive', definition_id, origin_lsn, hop FROM moved WHERE applying AND NOT whole
 		  RETURNING 1)
 		SELECT DISTINCT definition_id FROM moved WHERE applying AND whole`, e.tbl("_definitions"), e.tbl("_deferred"), e.tbl("_change_log"),
-		fenceObject("c.id"), heapBuilding("d"), e.tbl("_page_failures")), e.fenceClass())
+		e.tryFencesSQL("ARRAY(SELECT DISTINCT definition_id FROM "+e.tbl("_deferred")+" ORDER BY 1)", false), heapBuilding("d"), e.tbl("_page_failures")))
 	if err != nil {
 		return false, err
 	}

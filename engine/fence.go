@@ -1,61 +1,62 @@
 package engine
 
-import "hash/fnv"
-
-// The definition fence: a transaction-scoped advisory lock per definition
-// that orders lifecycle statements ahead of drain pages and build tasks.
+// The definition fence: a relation lock per definition that orders
+// lifecycle statements ahead of drain pages and build tasks.
 //
 // Pages and tasks hold a definition's row FOR SHARE for their whole
 // transaction; PAUSE, RESUME, DROP, ALTER and request_backfill take it FOR
 // UPDATE. A row lock does not queue new compatible lockers behind a waiting
 // updater, so with two workers overlapping their shares the updater could
-// wait for seconds. The heavyweight lock manager does queue: a shared
-// request conflicts with a waiting exclusive one. So every statement that
-// locks a definition row FOR UPDATE first takes the fence exclusive
-// (pg_advisory_xact_lock, waiting for the pages and tasks already in
-// flight), and a page or task takes it shared with
-// pg_try_advisory_xact_lock_shared before its row lock: refused while a
-// lifecycle statement holds or waits for it, the page defers the
-// definition's keys exactly as for a row held by another transaction
-// (_deferred) and a task leaves its row for later. Lock order everywhere:
-// fence, then the definition row; nobody waits for a fence while holding a
-// definition row lock it would need, and pages and tasks never wait for one.
+// wait for seconds. The heavyweight lock manager does queue: a request
+// conflicts with a waiting one of a conflicting mode. So every statement
+// that locks a definition row FOR UPDATE first takes the definition's fence
+// in EXCLUSIVE mode (_fence_definition, waiting for the pages and tasks
+// already in flight), and a page or task takes it in ROW SHARE mode with
+// NOWAIT before its row lock (_try_fences): refused while a lifecycle
+// statement holds or waits for it, the page defers the definition's keys
+// exactly as for a row held by another transaction (_deferred) and a task
+// leaves its row for later. Lock order everywhere: fence, then the
+// definition row; nobody waits for a fence while holding a definition row
+// lock it would need, and pages and tasks never wait for one.
 //
-// Key space: the two-int form (class, object). Postgres keeps it apart from
-// the one-bigint form that the staging singleton and Migrate use (the lock
-// tag records which form), so they cannot collide. The class is derived
-// from the catalog schema so that two instances sharing a database do not
-// fence each other; the object is the definition id's low 31 bits. A
-// collision (another instance's class, ids 2^31 apart) only makes one
-// definition's lifecycle statement wait for another's pages: never wrong.
+// The fence is an empty view per definition, d<id>, in the schema
+// <catalog>_fence, which grants nothing to PUBLIC (D21: locks no other role
+// can take or forge). A role cannot lock, or queue a lock request on, a
+// relation it cannot name: name lookup checks the schema's USAGE before any
+// lock. (Advisory keys, used before format 19, are open to every role: one
+// holding a definition's key froze that transform.) The modes: ROW SHARE
+// does not conflict with itself, so pages overlap; EXCLUSIVE conflicts with
+// it and leaves ACCESS SHARE (what any catalog function reading the view
+// by oid takes) alone.
 
 // Build steps are cut short rather than waited for. A build task also takes
-// a shared "build mark" (the same object key under buildMarkClass) right
-// after its fence, so a lifecycle statement that finds the fence held can
-// tell build steps from pages in pg_locks: _fence_definition cancels the
-// backends holding the mark before it queues for the fence. The cancelled
-// step's statement fails with 57014, which the worker treats as transient
-// (rolled back, not charged, retried once the fence is free: its cursor
-// and rows are where its last commit left them), so a PAUSE or DROP of a
-// building transform waits for a cancel and a rollback, not for a chunk of
-// 50,000 rows. Pages are waited for (their length is bounded by the page
-// size, and they carry every other transform's changes too). A cancel that
-// lands between two of the step's statements is ignored by PostgreSQL; the
-// wait is then the step's remaining statements, as before the mark.
+// the build mark (the view build_mark, ROW SHARE) right after its fence, so
+// a lifecycle statement that finds the fence held can tell build steps from
+// pages in pg_locks: _fence_definition cancels the backends holding both
+// before it queues for the fence. The cancelled step's statement fails with
+// 57014, which the worker treats as transient (rolled back, not charged,
+// retried once the fence is free: its cursor and rows are where its last
+// commit left them), so a PAUSE or DROP of a building transform waits for a
+// cancel and a rollback, not for a chunk of 50,000 rows. Pages are waited
+// for (their length is bounded by the page size, and they carry every other
+// transform's changes too). A cancel that lands between two of the step's
+// statements is ignored by PostgreSQL; the wait is then the step's
+// remaining statements, as before the mark.
 
-// fenceClass is the advisory lock class of this instance's definitions.
-func (e *Engine) fenceClass() int32 {
-	h := fnv.New32a()
-	h.Write([]byte("trellis-definition-fence:" + e.cfg.Schema))
-	return int32(h.Sum32())
+// fenceSchema holds this instance's fence relations.
+func (e *Engine) fenceSchema() string { return e.cfg.Schema + "_fence" }
+
+// fenceSQL takes a definition's fence exclusive (expression id, a bigint).
+func (e *Engine) fenceSQL(id string) string {
+	return "SELECT " + ident(e.cfg.Schema) + "._fence_definition(" + id + ")"
 }
 
-// buildMarkClass is the advisory lock class of the build mark.
-func (e *Engine) buildMarkClass() int32 {
-	h := fnv.New32a()
-	h.Write([]byte("trellis-build-mark:" + e.cfg.Schema))
-	return int32(h.Sum32())
+// tryFencesSQL renders the ids (a bigint[] expression) whose fences a page
+// or task took; mark: a build step's.
+func (e *Engine) tryFencesSQL(ids string, mark bool) string {
+	m := "false"
+	if mark {
+		m = "true"
+	}
+	return ident(e.cfg.Schema) + "._try_fences(" + ids + ", " + m + ")"
 }
-
-// fenceObject renders the fence's object key of a definition id expression.
-func fenceObject(id string) string { return "(" + id + " & 2147483647)::int4" }

@@ -45,7 +45,7 @@ func TestLifecycleStatementWaitsOnlyForPagesInFlight(t *testing.T) {
 	}
 	defer inFlight.Rollback(ctx)
 	var got bool
-	if err := inFlight.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), id).Scan(&got); err != nil || !got {
+	if err := inFlight.QueryRow(ctx, "SELECT cardinality("+e.tryFencesSQL("ARRAY[$1::bigint]", false)+") = 1", id).Scan(&got); err != nil || !got {
 		t.Fatalf("fence not taken shared: %v %v", got, err)
 	}
 	paused := make(chan error, 1)
@@ -54,8 +54,8 @@ func TestLifecycleStatementWaitsOnlyForPagesInFlight(t *testing.T) {
 		paused <- err
 	}()
 	if returned, err := awaitBeforeReturn(t, "PAUSE to wait for the fence", paused, func() bool {
-		return rows(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = 'ExclusiveLock'
-			AND classid = ($1::int4)::oid AND objid = $2::oid AND objsubid = 2`, e.fenceClass(), id&0x7fffffff) > 0
+		return rows(`SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND NOT granted AND mode = 'ExclusiveLock'
+			AND relation = to_regclass(format('%I.%I', $1::text, 'd' || $2::bigint))`, e.fenceSchema(), id) > 0
 	}); returned {
 		t.Fatalf("PAUSE returned while a page held the fence: %v", err)
 	}

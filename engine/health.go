@@ -412,7 +412,7 @@ func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error 
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), id); err != nil {
+	if _, err := tx.Exec(ctx, e.fenceSQL("$1::bigint"), id); err != nil {
 		return err
 	}
 	var locked bool

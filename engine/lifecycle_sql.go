@@ -8,26 +8,59 @@ package engine
 const lifecycleFunctions = `
 -- The definition fence (fence.go), exclusive, until the transaction ends:
 -- taken before the definition row's FOR UPDATE by every lifecycle function.
--- When it is held, the build steps holding this definition's build mark are
--- cancelled first (they retry after us, uncharged); pages are waited for. A
--- backend we may not signal (another role's superuser) is waited for too.
+-- When it is held, the build steps holding this definition's fence and the
+-- build mark are cancelled first (they retry after us, uncharged); pages are
+-- waited for. A backend we may not signal (another role's superuser) is
+-- waited for too. A definition without its fence relation (being dropped, or
+-- from before format 19) is ordered by its row lock alone.
 CREATE OR REPLACE FUNCTION {{S}}._fence_definition(def_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE obj int4 := (def_id & 2147483647)::int4; p int;
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE rel regclass := to_regclass(format('%I.%I', {{SFN}}, 'd' || def_id)); p int;
 BEGIN
-  IF pg_try_advisory_xact_lock({{FENCE}}, obj) THEN
+  IF rel IS NULL THEN
     RETURN;
   END IF;
-  FOR p IN SELECT l.pid FROM pg_catalog.pg_locks l
-      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-        AND l.classid = ({{BUILDMARK}})::int4::oid AND l.objid = obj::oid AND l.pid <> pg_backend_pid() LOOP
+  BEGIN
+    EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE NOWAIT', rel);
+    RETURN;
+  EXCEPTION WHEN lock_not_available THEN NULL;
+  END;
+  FOR p IN SELECT l.pid FROM pg_locks l
+      WHERE l.locktype = 'relation' AND l.granted AND l.relation = rel AND l.pid <> pg_backend_pid()
+        AND EXISTS (SELECT 1 FROM pg_locks m WHERE m.pid = l.pid AND m.locktype = 'relation' AND m.granted
+                    AND m.relation = '{{SFL}}.build_mark'::regclass) LOOP
     BEGIN
       PERFORM pg_cancel_backend(p);
     EXCEPTION WHEN insufficient_privilege THEN NULL;
     END;
   END LOOP;
-  PERFORM pg_advisory_xact_lock({{FENCE}}, obj);
+  EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE', rel);
+END $fn$;
+
+-- The shared side of the fence, for pages and build steps (the workers
+-- only): which of ids' fences it took without waiting. mark also takes the
+-- build mark (a build step). A fence relation that does not exist is no
+-- fence, as in _fence_definition.
+CREATE OR REPLACE FUNCTION {{S}}._try_fences(ids bigint[], mark boolean) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE id bigint; rel regclass; got bigint[] := '{}';
+BEGIN
+  FOREACH id IN ARRAY coalesce(ids, '{}') LOOP
+    rel := to_regclass(format('%I.%I', {{SFN}}, 'd' || id));
+    IF rel IS NULL THEN
+      got := got || id;
+      CONTINUE;
+    END IF;
+    BEGIN
+      EXECUTE format('LOCK TABLE %s IN ROW SHARE MODE NOWAIT', rel);
+      got := got || id;
+    EXCEPTION WHEN lock_not_available THEN NULL;
+    END;
+  END LOOP;
+  IF mark AND cardinality(got) > 0 THEN
+    LOCK TABLE {{SF}}.build_mark IN ROW SHARE MODE;
+  END IF;
+  RETURN got;
 END $fn$;
 
 CREATE OR REPLACE FUNCTION {{S}}._lifecycle_check(acting regrole, def_id bigint) RETURNS record
@@ -181,7 +214,7 @@ END $fn$;
 -- The surface's trellis.request_backfill(source_table, only_target) (package
 -- virtualtables) resolves the table as the caller spells it and calls this.
 
-REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint), {{S}}._fence_definition(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint), {{S}}._fence_definition(bigint), {{S}}._try_fences(bigint[], boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
   {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;

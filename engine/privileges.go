@@ -176,6 +176,7 @@ BEGIN
   VALUES (format('%I.%I', tschema, tname), target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled,
           'waiting_to_backfill', {{S}}._trusted_writer())
   RETURNING id INTO new_id;
+  EXECUTE format('CREATE VIEW %I.%I AS SELECT', {{SFN}}, 'd' || new_id); -- its fence (fence.go)
   INSERT INTO {{S}}._definition_reads (definition_id, table_name, table_oid, columns, role)
   VALUES (new_id, source_table, source_oid, read_columns, read_role);
   RETURN new_id;
@@ -247,6 +248,7 @@ BEGIN
       DETAIL = 'trellis: conflict/DependentsBlockDrop', HINT = 'drop the readers first';
   END IF;
   DELETE FROM {{S}}._definitions WHERE id = d.id;
+  EXECUTE format('DROP VIEW IF EXISTS %I.%I', {{SFN}}, 'd' || d.id);
   RETURN d.compiled;
 END $fn$;
 

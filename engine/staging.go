@@ -552,7 +552,7 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 		return false, nil
 	}
 	// The fence first, so pages cannot keep the row lock from us (fence.go).
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, "+fenceObject("$2::bigint")+")", e.fenceClass(), id); err != nil {
+	if _, err := tx.Exec(ctx, e.fenceSQL("$1::bigint"), id); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {

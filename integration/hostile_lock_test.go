@@ -11,6 +11,7 @@ import (
 	"context"
 	"hash/fnv"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -223,4 +224,60 @@ func TestLockObservationScoped(t *testing.T) {
 		t.Fatalf("trellis.status shows lock_mallory %d rows of the victim's transform (%v)", n, err)
 	}
 	lockNoRoleGained(t, db)
+}
+
+// fenceKey is the advisory key earlier versions used as a definition's
+// fence (the class derived from the schema name, the id's low 31 bits):
+// any role could compute it.
+func fenceKey(schema string, id int64) (int32, int32) {
+	h := fnv.New32a()
+	h.Write([]byte("trellis-definition-fence:" + schema))
+	return int32(h.Sum32()), int32(id & 0x7fffffff)
+}
+
+// Mallory tries to take another role's transform's fence: by the advisory
+// key earlier versions used, by locking the fence relation, and through the
+// catalog function that takes it. None may hold it, and the victim's
+// transform keeps converging with no keys left deferred.
+func TestLockFenceUnforgeable(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	su := h.client(t)
+	mustExec(t, su, `CREATE TABLE lock_fsrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, su, `INSERT INTO lock_fsrc SELECT g, g FROM generate_series(1, 50) g`)
+	mustExec(t, su, `TRANSFORM lock_fvictim FROM lock_fsrc SELECT a * 3 AS b`)
+	h.waitStatus(t, "lock_fvictim", "live")
+	var id int64
+	if err := h.pool.QueryRow(ctx, `SELECT id FROM trellis._definitions WHERE target_table = 'public.lock_fvictim'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	m := execMallory(t, h)
+	class, obj := fenceKey("trellis", id)
+	if _, err := m.Exec(ctx, `SELECT pg_advisory_lock($1, $2)`, class, obj); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := m.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE trellis_fence.d`+strconv.FormatInt(id, 10)+` IN ACCESS EXCLUSIVE MODE`); err == nil || sqlstate(err) != "42501" {
+		t.Errorf("LOCK TABLE of the fence: want 42501, got %v", err)
+	}
+	tx.Rollback(ctx)
+	if _, err := m.Exec(ctx, `SELECT trellis._fence_definition($1)`, id); err == nil || sqlstate(err) != "42501" {
+		t.Errorf("_fence_definition: want 42501, got %v", err)
+	}
+	mustExec(t, su, `UPDATE lock_fsrc SET a = a + 1`)
+	mustExec(t, su, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`)
+	h.sameAs(t, su, `SELECT id, b FROM lock_fvictim`, `SELECT id, a * 3 FROM lock_fsrc`)
+	var deferred int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM trellis._deferred WHERE definition_id = $1`, id).Scan(&deferred); err != nil || deferred != 0 {
+		t.Fatalf("%d keys of the victim deferred (%v)", deferred, err)
+	}
+	// The owner's own lifecycle statements still take the fence.
+	mustExec(t, su, `PAUSE TRANSFORM lock_fvictim`)
+	mustExec(t, su, `RESUME TRANSFORM lock_fvictim`)
+	h.waitStatus(t, "lock_fvictim", "live")
+	execAssertNothingGained(t, h)
 }

@@ -239,6 +239,16 @@ CREATE TABLE "trellis"._staging_key (
   singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
   key bigint NOT NULL, rotations bigint NOT NULL DEFAULT 0);
 INSERT INTO "trellis"._staging_key (key) VALUES (('x' || substr(md5(gen_random_uuid()::text), 1, 16))::bit(64)::int8);
+-- migration 19
+CREATE SCHEMA "trellis_fence";
+REVOKE ALL ON SCHEMA "trellis_fence" FROM PUBLIC;
+CREATE VIEW "trellis_fence".build_mark AS SELECT;
+DO $m$ DECLARE r record;
+BEGIN
+  FOR r IN SELECT id FROM "trellis"._definitions LOOP
+    EXECUTE format('CREATE VIEW %I.%I AS SELECT', 'trellis_fence', 'd' || r.id);
+  END LOOP;
+END $m$;
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
@@ -402,6 +412,7 @@ BEGIN
   VALUES (format('%I.%I', tschema, tname), target, ledger, acting, kind, source_table, source_oid, definition_sql, compiled,
           'waiting_to_backfill', "trellis"._trusted_writer())
   RETURNING id INTO new_id;
+  EXECUTE format('CREATE VIEW %I.%I AS SELECT', 'trellis_fence', 'd' || new_id); -- its fence (fence.go)
   INSERT INTO "trellis"._definition_reads (definition_id, table_name, table_oid, columns, role)
   VALUES (new_id, source_table, source_oid, read_columns, read_role);
   RETURN new_id;
@@ -473,6 +484,7 @@ BEGIN
       DETAIL = 'trellis: conflict/DependentsBlockDrop', HINT = 'drop the readers first';
   END IF;
   DELETE FROM "trellis"._definitions WHERE id = d.id;
+  EXECUTE format('DROP VIEW IF EXISTS %I.%I', 'trellis_fence', 'd' || d.id);
   RETURN d.compiled;
 END $fn$;
 
@@ -540,26 +552,59 @@ GRANT EXECUTE ON FUNCTION "trellis"._check_acting(regrole), "trellis"._instance_
 
 -- The definition fence (fence.go), exclusive, until the transaction ends:
 -- taken before the definition row's FOR UPDATE by every lifecycle function.
--- When it is held, the build steps holding this definition's build mark are
--- cancelled first (they retry after us, uncharged); pages are waited for. A
--- backend we may not signal (another role's superuser) is waited for too.
+-- When it is held, the build steps holding this definition's fence and the
+-- build mark are cancelled first (they retry after us, uncharged); pages are
+-- waited for. A backend we may not signal (another role's superuser) is
+-- waited for too. A definition without its fence relation (being dropped, or
+-- from before format 19) is ordered by its row lock alone.
 CREATE OR REPLACE FUNCTION "trellis"._fence_definition(def_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $fn$
-DECLARE obj int4 := (def_id & 2147483647)::int4; p int;
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE rel regclass := to_regclass(format('%I.%I', 'trellis_fence', 'd' || def_id)); p int;
 BEGIN
-  IF pg_try_advisory_xact_lock(1126140371, obj) THEN
+  IF rel IS NULL THEN
     RETURN;
   END IF;
-  FOR p IN SELECT l.pid FROM pg_catalog.pg_locks l
-      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-        AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-        AND l.classid = (-584230500)::int4::oid AND l.objid = obj::oid AND l.pid <> pg_backend_pid() LOOP
+  BEGIN
+    EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE NOWAIT', rel);
+    RETURN;
+  EXCEPTION WHEN lock_not_available THEN NULL;
+  END;
+  FOR p IN SELECT l.pid FROM pg_locks l
+      WHERE l.locktype = 'relation' AND l.granted AND l.relation = rel AND l.pid <> pg_backend_pid()
+        AND EXISTS (SELECT 1 FROM pg_locks m WHERE m.pid = l.pid AND m.locktype = 'relation' AND m.granted
+                    AND m.relation = '"trellis_fence".build_mark'::regclass) LOOP
     BEGIN
       PERFORM pg_cancel_backend(p);
     EXCEPTION WHEN insufficient_privilege THEN NULL;
     END;
   END LOOP;
-  PERFORM pg_advisory_xact_lock(1126140371, obj);
+  EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE', rel);
+END $fn$;
+
+-- The shared side of the fence, for pages and build steps (the workers
+-- only): which of ids' fences it took without waiting. mark also takes the
+-- build mark (a build step). A fence relation that does not exist is no
+-- fence, as in _fence_definition.
+CREATE OR REPLACE FUNCTION "trellis"._try_fences(ids bigint[], mark boolean) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE id bigint; rel regclass; got bigint[] := '{}';
+BEGIN
+  FOREACH id IN ARRAY coalesce(ids, '{}') LOOP
+    rel := to_regclass(format('%I.%I', 'trellis_fence', 'd' || id));
+    IF rel IS NULL THEN
+      got := got || id;
+      CONTINUE;
+    END IF;
+    BEGIN
+      EXECUTE format('LOCK TABLE %s IN ROW SHARE MODE NOWAIT', rel);
+      got := got || id;
+    EXCEPTION WHEN lock_not_available THEN NULL;
+    END;
+  END LOOP;
+  IF mark AND cardinality(got) > 0 THEN
+    LOCK TABLE "trellis_fence".build_mark IN ROW SHARE MODE;
+  END IF;
+  RETURN got;
 END $fn$;
 
 CREATE OR REPLACE FUNCTION "trellis"._lifecycle_check(acting regrole, def_id bigint) RETURNS record
@@ -713,7 +758,7 @@ END $fn$;
 -- The surface's trellis.request_backfill(source_table, only_target) (package
 -- virtualtables) resolves the table as the caller spells it and calls this.
 
-REVOKE ALL ON FUNCTION "trellis"._lifecycle_check(regrole, bigint), "trellis"._fence_definition(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION "trellis"._lifecycle_check(regrole, bigint), "trellis"._fence_definition(bigint), "trellis"._try_fences(bigint[], boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION "trellis"._request_backfill(regrole, oid, text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION "trellis"._lifecycle_lock(regrole, text, text), "trellis"._lifecycle_pause(regrole, bigint),
   "trellis"._lifecycle_resume(regrole, bigint) TO PUBLIC;
