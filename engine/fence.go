@@ -1,5 +1,12 @@
 package engine
 
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // The definition fence: a relation lock per definition that orders
 // lifecycle statements ahead of drain pages and build tasks.
 //
@@ -46,9 +53,17 @@ package engine
 // fenceSchema holds this instance's fence relations.
 func (e *Engine) fenceSchema() string { return e.cfg.Schema + "_fence" }
 
-// fenceSQL takes a definition's fence exclusive (expression id, a bigint).
-func (e *Engine) fenceSQL(id string) string {
-	return "SELECT " + ident(e.cfg.Schema) + "._fence_definition(" + id + ")"
+// stagingFence takes a definition's fence for a step of the staging worker
+// in tx, waiting at most PageLockTimeout for pages in flight; false: a
+// client transaction holds it, so the step is left for a later pass
+// (staging never waits for another role's transaction).
+func (e *Engine) stagingFence(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+		return false, err
+	}
+	var got bool
+	err := tx.QueryRow(ctx, "SELECT "+ident(e.cfg.Schema)+"._fence_staging($1)", id).Scan(&got)
+	return got, err
 }
 
 // tryFencesSQL renders the ids (a bigint[] expression) whose fences a page

@@ -181,8 +181,13 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 	}
 	for _, id := range order {
 		acted = true
+		// One definition's pause failing (a lock wait) holds only it; the
+		// checks of the others go on (D21).
 		if err := e.autoPause(ctx, conn, id); err != nil {
-			return false, err
+			if conn.IsClosed() || ctx.Err() != nil {
+				return false, err
+			}
+			e.log.Warn("auto-pause failed; retried next pass", append([]any{"definition", id}, errAttrs(err)...)...)
 		}
 	}
 	tampered, err := e.checkTamper(ctx, conn)
@@ -412,7 +417,7 @@ func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error 
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, e.fenceSQL("$1::bigint"), id); err != nil {
+	if got, err := e.stagingFence(ctx, tx, id); err != nil || !got {
 		return err
 	}
 	var locked bool

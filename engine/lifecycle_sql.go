@@ -37,6 +37,32 @@ BEGIN
   EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE', rel);
 END $fn$;
 
+-- The fence for the staging worker's own steps (auto-pause, build start,
+-- going live): false, at once, when a session outside the workers' role
+-- holds it (its owner's lifecycle statement in a transaction still open,
+-- D21: never wait for another role's transaction); else it waits for the
+-- pages in flight, under the caller's lock_timeout.
+CREATE OR REPLACE FUNCTION {{S}}._fence_staging(def_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE rel regclass := to_regclass(format('%I.%I', {{SFN}}, 'd' || def_id));
+BEGIN
+  IF rel IS NULL THEN
+    RETURN true;
+  END IF;
+  BEGIN
+    EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE NOWAIT', rel);
+    RETURN true;
+  EXCEPTION WHEN lock_not_available THEN NULL;
+  END;
+  IF EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'relation' AND l.relation = rel AND l.mode = 'ExclusiveLock'
+               AND a.usename IS DISTINCT FROM (SELECT worker_role FROM {{S}}._instance)) THEN
+    RETURN false;
+  END IF;
+  EXECUTE format('LOCK TABLE %s IN EXCLUSIVE MODE', rel);
+  RETURN true;
+END $fn$;
+
 -- The shared side of the fence, for pages and build steps (the workers
 -- only): which of ids' fences it took without waiting. mark also takes the
 -- build mark (a build step). A fence relation that does not exist is no
@@ -214,7 +240,7 @@ END $fn$;
 -- The surface's trellis.request_backfill(source_table, only_target) (package
 -- virtualtables) resolves the table as the caller spells it and calls this.
 
-REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint), {{S}}._fence_definition(bigint), {{S}}._try_fences(bigint[], boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint), {{S}}._fence_definition(bigint), {{S}}._fence_staging(bigint), {{S}}._try_fences(bigint[], boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
   {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;

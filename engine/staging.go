@@ -493,6 +493,9 @@ func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error
 		return err
 	}
 	defer tx.Rollback(ctx)
+	if got, err := e.stagingFence(ctx, tx, id); err != nil || !got {
+		return err
+	}
 	var build int64
 	err = tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'backfilling', build_id = nextval('%s'),
 		  version = version + 1, build_started_at = now(), build_rows_done = 0,
@@ -552,7 +555,7 @@ func (e *Engine) tryLive(ctx context.Context, q interface {
 		return false, nil
 	}
 	// The fence first, so pages cannot keep the row lock from us (fence.go).
-	if _, err := tx.Exec(ctx, e.fenceSQL("$1::bigint"), id); err != nil {
+	if got, err := e.stagingFence(ctx, tx, id); err != nil || !got {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {

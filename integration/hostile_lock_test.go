@@ -281,3 +281,50 @@ func TestLockFenceUnforgeable(t *testing.T) {
 	h.waitStatus(t, "lock_fvictim", "live")
 	execAssertNothingGained(t, h)
 }
+
+// Mallory leaves a PAUSE of her own transform in an open transaction (it
+// holds that transform's fence) and renames a column of her source, which
+// the staging worker must pause her transform for. The staging worker must
+// not wait for her transaction: the victim's writes keep converging and a
+// new transform of the victim's goes live while hers stays open.
+func TestLockStagingNeverWaitsForTenantTransaction(t *testing.T) {
+	h := startTrellis(t)
+	ctx := context.Background()
+	m := execMallory(t, h)
+	mustExec(t, m, `CREATE TABLE public.lock_msrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, m, `INSERT INTO public.lock_msrc SELECT g, g FROM generate_series(1, 20) g`)
+	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	mustExec(t, mp, `TRANSFORM lock_mt FROM public.lock_msrc SELECT a + 1 AS b`)
+	su := h.client(t)
+	mustExec(t, su, `CREATE TABLE lock_vsrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, su, `INSERT INTO lock_vsrc SELECT g, g FROM generate_series(1, 20) g`)
+	mustExec(t, su, `TRANSFORM lock_vt FROM lock_vsrc SELECT a * 2 AS b`)
+	h.waitStatus(t, "lock_mt", "live")
+	h.waitStatus(t, "lock_vt", "live")
+	mustExec(t, mp, `BEGIN`)
+	mustExec(t, mp, `PAUSE TRANSFORM lock_mt`)
+	defer mp.Exec(ctx, `ROLLBACK`)
+	mustExec(t, m, `ALTER TABLE public.lock_msrc RENAME COLUMN a TO a_renamed`)
+	time.Sleep(500 * time.Millisecond) // a few staging passes meet her open transaction
+	mustExec(t, su, `UPDATE lock_vsrc SET a = a + 1`)
+	mustExec(t, su, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`)
+	h.sameAs(t, su, `SELECT id, b FROM lock_vt`, `SELECT id, a * 2 FROM lock_vsrc`)
+	mustExec(t, su, `TRANSFORM lock_vt2 FROM lock_vsrc SELECT a - 1 AS c`)
+	var status string
+	if err := su.QueryRow(ctx, `SELECT trellis.await_live('lock_vt2', 30000)`).Scan(&status); err != nil {
+		t.Fatalf("a new transform while mallory's transaction is open: %v", err)
+	}
+	// Once she ends it, her transform is paused for the rename.
+	mustExec(t, mp, `ROLLBACK`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _ := execStatus(t, h, "lock_mt")
+		if st == "paused" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock_mt is %s after the rename, want paused", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
