@@ -42,6 +42,13 @@ type Config struct {
 	Metrics     Metrics
 	// MaxClientConns refuses sessions beyond it with FATAL 53300; 0 = no cap.
 	MaxClientConns int
+	// MaxAuthenticating refuses, with FATAL 53300, a session whose startup
+	// packet arrives while this many others are still authenticating, so
+	// sockets that never finish authenticating (each holds an upstream
+	// backend for up to AuthTimeout) cannot take every slot of
+	// MaxClientConns or every backend of the server. Default: a quarter of
+	// MaxClientConns (at least 8), or 64 without a cap; negative: no cap.
+	MaxAuthenticating int
 	// MaxMessageSize caps a client frame body (default DefaultMaxMessageSize).
 	MaxMessageSize int
 	// MaxServerMessageSize caps a server frame body (default 1 GiB).
@@ -75,6 +82,7 @@ type Server struct {
 	closing  bool
 	nextID   atomic.Uint64
 	active   atomic.Int64
+	authing  atomic.Int64 // sessions between the startup packet and ReadyForQuery
 	closed   RelayStats // relayed by ended sessions; guarded by mu
 	wg       sync.WaitGroup
 	idle     chan struct{} // signalled when a session ends
@@ -101,6 +109,12 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxServerMessageSize <= 0 {
 		cfg.MaxServerMessageSize = 1 << 30
+	}
+	if cfg.MaxAuthenticating == 0 {
+		cfg.MaxAuthenticating = 64
+		if cfg.MaxClientConns > 0 {
+			cfg.MaxAuthenticating = max(8, cfg.MaxClientConns/4)
+		}
 	}
 	if cfg.AuthTimeout <= 0 {
 		cfg.AuthTimeout = 60 * time.Second

@@ -309,6 +309,21 @@ func (s *session) run() string {
 		return "refused"
 	}
 	defer srv.active.Add(-1)
+	if n := srv.authing.Add(1); srv.cfg.MaxAuthenticating > 0 && n > int64(srv.cfg.MaxAuthenticating) {
+		srv.authing.Add(-1)
+		s.fatalDirect(fatal(pgerr.TooManyConnections, "sorry, too many clients authenticating already").
+			WithHint("%d sessions are still authenticating; try again in a moment", srv.cfg.MaxAuthenticating))
+		srv.metrics.SessionClosed("refused")
+		return "refused"
+	}
+	authing := true
+	doneAuthing := func() {
+		if authing {
+			authing = false
+			srv.authing.Add(-1)
+		}
+	}
+	defer doneAuthing()
 	srv.metrics.SessionOpened()
 	outcome := "ok"
 	defer func() { srv.metrics.SessionClosed(outcome) }()
@@ -361,6 +376,7 @@ func (s *session) run() string {
 	s.mu.Lock()
 	s.ready = true
 	s.mu.Unlock()
+	doneAuthing()
 	srv.metrics.SessionReady(time.Since(s.accepted))
 	s.log.Debug("session started", "tls", s.info.TLS)
 	if !replicationOn(s.info.Params["replication"]) {

@@ -33,21 +33,22 @@ import (
 // Config is the whole serve configuration (surface §17.2). Engine settings
 // are accepted and validated here for the engine to use.
 type Config struct {
-	Listen           string
-	Upstream         string
-	DataDir          string
-	PGBin            string
-	RunAs            string
-	EmbeddedPassword string
-	Ephemeral        bool
-	TLSCert, TLSKey  string
-	HTTPListen       string
-	LogLevel         string
-	LogFormat        string
-	MaxClientConns   int
-	MaxMessageSize   int
-	AuthTimeout      time.Duration
-	ShutdownGrace    time.Duration
+	Listen            string
+	Upstream          string
+	DataDir           string
+	PGBin             string
+	RunAs             string
+	EmbeddedPassword  string
+	Ephemeral         bool
+	TLSCert, TLSKey   string
+	HTTPListen        string
+	LogLevel          string
+	LogFormat         string
+	MaxClientConns    int
+	MaxAuthenticating int // 0: wire's default (a quarter of MaxClientConns, at least 8; 64 without a cap)
+	MaxMessageSize    int
+	AuthTimeout       time.Duration
+	ShutdownGrace     time.Duration
 
 	// Engine settings (used by the engine once it is wired in).
 	Schema          string
@@ -146,7 +147,7 @@ func (c *Config) Validate() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"max-client-conns", c.MaxClientConns}, {"drain-workers", c.DrainWorkers}, {"max-message-size", c.MaxMessageSize}} {
+	}{{"max-client-conns", c.MaxClientConns}, {"max-authenticating", c.MaxAuthenticating}, {"drain-workers", c.DrainWorkers}, {"max-message-size", c.MaxMessageSize}} {
 		if n.v < 0 {
 			return &FlagError{n.flag, "must be >= 0"}
 		}
@@ -286,7 +287,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 
 	srv, err := wire.NewServer(wire.Config{
 		Upstream: upCfg, TLS: tlsCfg, Interceptor: interceptor, Logger: log.With("component", "wire"), Metrics: metrics,
-		MaxClientConns: cfg.MaxClientConns, MaxMessageSize: cfg.MaxMessageSize, AuthTimeout: cfg.AuthTimeout,
+		MaxClientConns: cfg.MaxClientConns, MaxAuthenticating: cfg.MaxAuthenticating, MaxMessageSize: cfg.MaxMessageSize, AuthTimeout: cfg.AuthTimeout,
 	})
 	if err != nil {
 		return err
