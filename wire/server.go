@@ -83,7 +83,7 @@ type Server struct {
 	nextID   atomic.Uint64
 	active   atomic.Int64
 	authing  atomic.Int64 // sessions between the startup packet and ReadyForQuery
-	closed   RelayStats // relayed by ended sessions; guarded by mu
+	closed   RelayStats   // relayed by ended sessions; guarded by mu
 	wg       sync.WaitGroup
 	idle     chan struct{} // signalled when a session ends
 }
