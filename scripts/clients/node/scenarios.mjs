@@ -241,6 +241,30 @@ async function pgScenarios() {
     } finally { await c.end(); }
   }, { trellis: true });
 
+  await test('pg.notice_honours_client_min_messages', async () => {
+    const c = await client();
+    try {
+      const notices = [];
+      c.on('notice', (n) => notices.push(n.message));
+      await c.query('SET client_min_messages = warning');
+      await c.query(`TRANSFORM ${t('quiet')} FROM ${t('items')} SELECT name || '.' AS dotted`);
+      await c.query('DO $$ BEGIN RAISE NOTICE $q$suppressed too$q$; END $$');
+      assert(notices.length === 0, `NOTICEs delivered at client_min_messages=warning: ${JSON.stringify(notices)}`);
+      await c.query('RESET client_min_messages');
+      await c.query(`TRANSFORM ${t('loud')} FROM ${t('items')} SELECT name || ',' AS commaed`);
+      assert(notices.length === 1, `want the transform's NOTICE at the default level, got ${JSON.stringify(notices)}`);
+    } finally { await c.end(); }
+  }, { trellis: true });
+
+  await test('pg.transform_after_cr_ended_comment', async () => {
+    // Postgres's lexer ends a -- comment at \r as well as at \n.
+    const c = await client();
+    try {
+      const r = await c.query(`-- migration 7\rTRANSFORM ${t('cr')} FROM ${t('items')} SELECT name AS same`);
+      assert(r.rows[0]?.kind === 'transform_defined', JSON.stringify(r.rows));
+    } finally { await c.end(); }
+  }, { trellis: true });
+
   await test('pg.trellis_status_select', async () => {
     const c = await client();
     try {
