@@ -103,6 +103,9 @@ type runner struct {
 	pqDir   string
 	pqVer   string
 	pgxVer  string
+	// why collects, for the suite and path running, a failing test's
+	// first lines of output (the report shows them for proxy-only failures).
+	why map[string]string
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -182,6 +185,7 @@ func run(ctx context.Context, cfg config) error {
 	results := map[string]map[string]map[string]string{} // suite -> path -> test -> status
 	durations := map[string]map[string]time.Duration{}
 	errs := map[string]map[string]string{}
+	whys := map[string]map[string]map[string]string{}
 	for _, s := range chosen {
 		if s.Prep != nil {
 			if err := s.Prep(ctx, r); err != nil {
@@ -191,6 +195,7 @@ func run(ctx context.Context, cfg config) error {
 		results[s.Name] = map[string]map[string]string{}
 		durations[s.Name] = map[string]time.Duration{}
 		errs[s.Name] = map[string]string{}
+		whys[s.Name] = map[string]map[string]string{}
 		for _, p := range paths {
 			e, err := r.env(ctx, p)
 			if err != nil {
@@ -199,6 +204,8 @@ func run(ctx context.Context, cfg config) error {
 			fmt.Fprintf(os.Stderr, "== %s %s\n", s.Name, p)
 			sctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 			t0 := time.Now()
+			r.why = map[string]string{}
+			whys[s.Name][p] = r.why
 			res, err := s.Run(sctx, r, e)
 			cancel()
 			durations[s.Name][p] = time.Since(t0)
@@ -215,9 +222,9 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 
-	report(os.Stdout, r, chosen, paths, results, durations, errs)
+	report(os.Stdout, r, chosen, paths, results, durations, errs, whys)
 	if cfg.Out != "" {
-		b, _ := json.MarshalIndent(map[string]any{"results": results, "errors": errs, "pgx": r.pgxVer, "pq": r.pqVer}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"results": results, "errors": errs, "why": whys, "pgx": r.pgxVer, "pq": r.pqVer}, "", "  ")
 		if err := os.WriteFile(cfg.Out, b, 0o644); err != nil {
 			return err
 		}
@@ -441,7 +448,7 @@ func command(ctx context.Context, dir string, extraEnv []string, name string, ar
 // goTestJSON runs `go test -json` and folds its events into each test's final
 // status, named package-relative ("pgconn.TestConnect/sub"). A package that
 // fails to build or panics outside a test counts as one failure.
-func goTestJSON(ctx context.Context, dir, module string, extraEnv []string, logPath string, args ...string) (map[string]string, error) {
+func goTestJSON(ctx context.Context, dir, module string, extraEnv []string, logPath string, why map[string]string, args ...string) (map[string]string, error) {
 	cmd := command(ctx, dir, extraEnv, "go", append([]string{"test", "-json"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -471,7 +478,7 @@ func goTestJSON(ctx context.Context, dir, module string, extraEnv []string, logP
 		logf.Write(line)
 		logf.Write([]byte{'\n'})
 		var ev struct {
-			Action, Package, Test string
+			Action, Package, Test, Output string
 		}
 		if json.Unmarshal(line, &ev) != nil {
 			continue
@@ -481,6 +488,18 @@ func goTestJSON(ctx context.Context, dir, module string, extraEnv []string, logP
 			pkg = rootName
 		}
 		switch ev.Action {
+		case "output":
+			if ev.Test == "" {
+				continue
+			}
+			o := strings.TrimSpace(ev.Output)
+			if o == "" || strings.HasPrefix(o, "=== ") || strings.HasPrefix(o, "--- ") {
+				continue
+			}
+			name := pkg + "." + ev.Test
+			if len(why[name]) < 300 {
+				why[name] = strings.TrimSpace(why[name] + " " + o)
+			}
 		case "pass", "fail", "skip":
 			if ev.Test == "" {
 				pkgFailed[pkg] = ev.Action == "fail"
@@ -571,7 +590,7 @@ func count(res map[string]string) map[string]int {
 
 // report prints the table of counts and, per suite, the tests that fail only
 // through the proxy (and, for honesty about flakiness, only directly).
-func report(w io.Writer, r *runner, chosen []suite, paths []string, results map[string]map[string]map[string]string, durations map[string]map[string]time.Duration, errs map[string]map[string]string) {
+func report(w io.Writer, r *runner, chosen []suite, paths []string, results map[string]map[string]map[string]string, durations map[string]map[string]time.Duration, errs map[string]map[string]string, whys map[string]map[string]map[string]string) {
 	fmt.Fprintf(w, "\ntrellis-clients %s, PostgreSQL %d, proxy %s, pgx %s, lib/pq %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.cluster.Version, gitCommit(r.cfg.Repo), r.pgxVer, r.pqVer)
 	fmt.Fprintf(w, "| suite | path | pass | fail | skip | time |\n|---|---|---:|---:|---:|---:|\n")
 	for _, s := range chosen {
@@ -614,6 +633,9 @@ func report(w io.Writer, r *runner, chosen []suite, paths []string, results map[
 		fmt.Fprintf(w, "\n%s: %d fail only through the proxy, %d only directly, %d on both\n", s.Name, len(proxyOnly), len(directOnly), len(both))
 		for _, n := range proxyOnly {
 			fmt.Fprintf(w, "  proxy only:  %s\n", n)
+			if y := whys[s.Name]["proxy"][strings.TrimSuffix(n, " (not run directly)")]; y != "" {
+				fmt.Fprintf(w, "               %s\n", firstLine(y))
+			}
 		}
 		for _, n := range directOnly {
 			fmt.Fprintf(w, "  direct only: %s\n", n)
@@ -626,8 +648,8 @@ func report(w io.Writer, r *runner, chosen []suite, paths []string, results map[
 
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
-	if len(l) > 100 {
-		l = l[:100] + "…"
+	if len(l) > 160 {
+		l = l[:160] + "…"
 	}
 	return l
 }

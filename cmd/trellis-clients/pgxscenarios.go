@@ -41,6 +41,7 @@ func runPgxTrellis(ctx context.Context, r *runner, e env) (map[string]string, er
 		if err := fn(cctx); err != nil {
 			res[name] = "fail"
 			fmt.Fprintf(os.Stderr, "   FAIL %s: %v\n", name, oneLine(err))
+			r.why[name] = oneLine(err)
 			return
 		}
 		res[name] = "pass"

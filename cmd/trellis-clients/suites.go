@@ -100,7 +100,7 @@ func runPgx(ctx context.Context, r *runner, e env) (map[string]string, error) {
 		args = append(args, "-run", r.cfg.PgxRun)
 	}
 	args = append(args, strings.Fields(r.cfg.PgxPkgs)...)
-	return goTestJSON(ctx, r.pgxDir, "github.com/jackc/pgx/v5", vars, filepath.Join(e.Scratch, "pgx-"+e.Path+".jsonl"), args...)
+	return goTestJSON(ctx, r.pgxDir, "github.com/jackc/pgx/v5", vars, filepath.Join(e.Scratch, "pgx-"+e.Path+".jsonl"), r.why, args...)
 }
 
 func prepPq(ctx context.Context, r *runner) error {
@@ -132,7 +132,7 @@ func runPq(ctx context.Context, r *runner, e env) (map[string]string, error) {
 		args = append(args, "-run", r.cfg.PqRun)
 	}
 	args = append(args, "./...")
-	return goTestJSON(ctx, r.pqDir, "github.com/lib/pq", vars, filepath.Join(e.Scratch, "pq-"+e.Path+".jsonl"), args...)
+	return goTestJSON(ctx, r.pqDir, "github.com/lib/pq", vars, filepath.Join(e.Scratch, "pq-"+e.Path+".jsonl"), r.why, args...)
 }
 
 // scenarioEnv is what the scenario programs read: where to connect, which
@@ -148,7 +148,10 @@ func runNode(ctx context.Context, r *runner, e env) (map[string]string, error) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "pg")); err != nil {
 		return nil, fmt.Errorf("node modules missing: run scripts/clients/install.sh")
 	}
-	res, _, err := scenarioLines(ctx, dir, scenarioEnv(e), filepath.Join(e.Scratch, "node-"+e.Path+".log"), "node", "scenarios.mjs")
+	res, why, err := scenarioLines(ctx, dir, scenarioEnv(e), filepath.Join(e.Scratch, "node-"+e.Path+".log"), "node", "scenarios.mjs")
+	for k, v := range why {
+		r.why[k] = v
+	}
 	return res, err
 }
 
@@ -162,7 +165,10 @@ func runJdbc(ctx context.Context, r *runner, e env) (map[string]string, error) {
 	if out, err := exec.CommandContext(ctx, "javac", "-cp", jar, "-d", classes, src).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("javac: %v\n%s", err, out)
 	}
-	res, _, err := scenarioLines(ctx, e.Scratch, scenarioEnv(e), filepath.Join(e.Scratch, "jdbc-"+e.Path+".log"), "java", "-cp", classes+":"+jar, "Clients")
+	res, why, err := scenarioLines(ctx, e.Scratch, scenarioEnv(e), filepath.Join(e.Scratch, "jdbc-"+e.Path+".log"), "java", "-cp", classes+":"+jar, "Clients")
+	for k, v := range why {
+		r.why[k] = v
+	}
 	return res, err
 }
 
@@ -170,6 +176,9 @@ func runPsycopg(ctx context.Context, r *runner, e env) (map[string]string, error
 	// Debian's python3-psycopg is importable by Debian's interpreter, not
 	// necessarily by the python3 first on PATH (pyenv and the like).
 	script := filepath.Join(r.cfg.Repo, "scripts", "clients", "psycopg", "scenarios.py")
-	res, _, err := scenarioLines(ctx, e.Scratch, scenarioEnv(e), filepath.Join(e.Scratch, "psycopg-"+e.Path+".log"), "/usr/bin/python3", script)
+	res, why, err := scenarioLines(ctx, e.Scratch, scenarioEnv(e), filepath.Join(e.Scratch, "psycopg-"+e.Path+".log"), "/usr/bin/python3", script)
+	for k, v := range why {
+		r.why[k] = v
+	}
 	return res, err
 }
