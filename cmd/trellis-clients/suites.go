@@ -35,12 +35,27 @@ func (r *runner) moduleSource(ctx context.Context, mod, version, name string) (d
 	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
 		return "", "", fmt.Errorf("go mod download %s@%s: %s %v", mod, version, info.Error, err)
 	}
-	dir = filepath.Join(r.scratch, name)
-	if out, err := exec.CommandContext(ctx, "cp", "-r", info.Dir, dir).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("copying %s: %v %s", info.Dir, err, out)
+	// A fixed place per version, so later runs reuse the copy and the
+	// build cache (test binaries are keyed by their source paths).
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = r.scratch
 	}
-	if out, err := exec.CommandContext(ctx, "chmod", "-R", "u+w", dir).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("chmod %s: %v %s", dir, err, out)
+	dir = filepath.Join(cache, "trellis-clients", name+"@"+info.Version)
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
+		os.RemoveAll(dir)
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return "", "", err
+		}
+		if out, err := exec.CommandContext(ctx, "cp", "-r", info.Dir, dir).CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("copying %s: %v %s", info.Dir, err, out)
+		}
+		if out, err := exec.CommandContext(ctx, "chmod", "-R", "u+w", dir).CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("chmod %s: %v %s", dir, err, out)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
+			return "", "", err
+		}
 	}
 	// Fetch the suite's own dependencies before the timed runs.
 	dl := exec.CommandContext(ctx, "go", "mod", "download")
