@@ -60,7 +60,7 @@ bench-engine: prereqs build
 
 # Real client suites (pgx's and lib/pq's own tests, node-postgres and
 # postgres.js, pgJDBC, psycopg 3) directly and through the proxy; not part of
-# `make test` (about 5 minutes). Figures in docs/clients.md. CLIENTSFLAGS
+# `make test` (5-10 minutes). Figures in docs/clients.md. CLIENTSFLAGS
 # passes flags, e.g. CLIENTSFLAGS='-suites jdbc,psycopg'.
 clients: prereqs build
 	@./scripts/clients/install.sh
