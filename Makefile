@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 TESTFLAGS ?= -race -timeout 20m
 FUZZTIME  ?= 20s
 
-.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine docker prereqs clean
+.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine clients docker prereqs clean
 
 all: build
 
@@ -57,6 +57,14 @@ bench-passthrough: prereqs build
 # smoke run of a few minutes.
 bench-engine: prereqs build
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency
+
+# Real client suites (pgx's and lib/pq's own tests, node-postgres and
+# postgres.js, pgJDBC, psycopg 3) directly and through the proxy; not part of
+# `make test` (5-10 minutes). Figures in docs/clients.md. CLIENTSFLAGS
+# passes flags, e.g. CLIENTSFLAGS='-suites jdbc,psycopg'.
+clients: prereqs build
+	@./scripts/clients/install.sh
+	$(GO) run ./cmd/trellis-clients $(CLIENTSFLAGS)
 
 docker:
 	docker build --build-arg VERSION=$(VERSION) -t trellis-proxy:$(VERSION) .
