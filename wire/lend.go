@@ -44,6 +44,8 @@ func (s *session) runUnit(u *localUnit) error {
 		w.Error(u.err)
 	case u.call != nil:
 		s.execute(ctx, u.call, up, w)
+	case u.step != nil:
+		s.runStep(ctx, u, up, w)
 	default:
 		s.runExtended(ctx, u.msgs, up, w)
 	}
@@ -83,8 +85,9 @@ func (s *session) execute(ctx context.Context, c *Call, up *lentUpstream, w *res
 
 func isPg(err error) bool { _, ok := pgerr.As(err); return ok }
 
-// runExtended answers an extended-protocol batch of local statements.
-func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpstream, w *resultWriter) {
+// runExtended answers an extended-protocol batch of local statements; false
+// means one failed (and what followed it up to a Sync was skipped).
+func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpstream, w *resultWriter) bool {
 	failed := false
 	for _, m := range msgs {
 		if failed && m.typ != 'S' {
@@ -149,9 +152,10 @@ func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpst
 		case 'H':
 		}
 		if up.broken != nil || w.err != nil {
-			return
+			return false
 		}
 	}
+	return !failed
 }
 
 func formatFor(formats []int16, i int) int16 {
@@ -355,6 +359,7 @@ func (l *lentUpstream) roundTrip(ctx context.Context, msgs []byte, fn func(typ b
 			if len(body) == 1 {
 				s.info.setTxStatus(body[0])
 			}
+			s.batchErr = false
 			return nil
 		case 'A':
 			s.held = append(s.held, frameCopy(typ, body))

@@ -13,14 +13,8 @@ import (
 
 // planEntry is one element of the reply plan, in client order.
 type planEntry struct {
-	owed       int          // ReadyForQuery frames upstream still owes (upstream entry)
-	errBeforeZ *pgerr.Error // refuse a batch partly forwarded: sent before its Z
-	// abortParse: an invalid Parse was sent before the refused batch's Sync,
-	// so upstream rolls the forwarded prefix back; its error is replaced by
-	// errBeforeZ.
-	abortParse bool
-	sawError   bool
-	unit       *localUnit // a local unit instead of upstream replies
+	owed int        // ReadyForQuery frames upstream still owes (upstream entry)
+	unit *localUnit // a local unit instead of upstream replies
 }
 
 // localUnit is a piece of the client's stream answered by the proxy.
@@ -29,6 +23,7 @@ type localUnit struct {
 	msgs  []localMsg   // an extended-protocol batch answered locally
 	err   *pgerr.Error // answer with this error (then ReadyForQuery when z)
 	z     bool
+	step  *batchStep // msgs is a group of a mixed Sync batch (batch.go)
 	fatal *pgerr.Error // protocol violation: write it and end the session
 	done  chan struct{}
 }
@@ -59,16 +54,34 @@ type localMsg struct {
 	rewritten []byte
 }
 
-// c2sBatch is the extended-protocol batch being collected (interception on).
+// c2sBatch is the extended-protocol batch being read (interception on).
 type c2sBatch struct {
-	local     []localMsg
-	forwarded bool // part of this batch already went upstream
-	ranLocal  bool // part of this batch was already answered locally
-	refuse    *pgerr.Error
+	local     []localMsg // local messages not yet answered: a group
+	forwarded bool       // ordinary messages went upstream since the last Sync (the client's or the proxy's)
+	executed  bool       // ... and an Execute among them
+	began     bool       // ... and a BEGIN-like statement, after a group ran
+	ranLocal  bool       // a group of this batch ran: the batch is mixed, its Sync is the proxy's to answer
+	owns      bool       // the proxy opened the block open upstream (batch.go)
+	failed    bool       // the batch failed: skip to Sync, as Postgres does
 }
 
-func (b *c2sBatch) reset() {
-	b.local, b.forwarded, b.ranLocal, b.refuse = nil, false, false, nil
+func (b *c2sBatch) reset() { *b = c2sBatch{} }
+
+// runGroup runs the pending group of a mixed batch (possibly empty) at its
+// place: upstream's part before it settled first. finish ends the batch (z:
+// at the client's Sync); promote says more of the batch follows. False means
+// the session ended.
+func (s *session) runGroup(b *c2sBatch, promote, finish, z bool, e *pgerr.Error) bool {
+	st := &batchStep{settle: b.forwarded, executed: b.executed, began: b.began, promote: promote,
+		finish: finish, z: z, err: e, owns: b.owns, failed: b.failed}
+	msgs := b.local
+	b.local = nil
+	if !s.runLocal(&localUnit{msgs: msgs, step: st}) {
+		return false
+	}
+	b.forwarded, b.executed, b.began = false, false, false
+	b.ranLocal, b.owns, b.failed = true, st.owns, st.failed
+	return true
 }
 
 // clientToServer is the client→server pump: the only writer of the upstream
@@ -150,7 +163,7 @@ func (s *session) clientToServer() {
 			}
 			if k > 0 {
 				syncsSinceExec, copySeen = syncs, cs
-				if debt > 0 && !s.addDebt(debt, nil) {
+				if debt > 0 && !s.addDebt(debt) {
 					return
 				}
 				if lastEnd > 0 {
@@ -167,7 +180,7 @@ func (s *session) clientToServer() {
 				continue
 			}
 		}
-		if s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal && batch.refuse == nil {
+		if s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal {
 			// Routed, but only whole batches of ordinary statements: relay
 			// them raw, as the relay without routing would. Wait for the
 			// client's next write first, so its batch is scanned whole
@@ -176,15 +189,16 @@ func (s *session) clientToServer() {
 				s.cr.Peek(5)
 			}
 		}
-		if s.cr.Buffered() >= 5 && s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal && batch.refuse == nil {
+		if s.cr.Buffered() >= 5 && s.intercept != nil && !copySeen && !slowUntilEnd && batch.local == nil && !batch.ranLocal {
 			b, _ := s.cr.Peek(s.cr.Buffered())
 			if r := s.scanRouted(b, max, syncsSinceExec, batch.forwarded, stmts, portals); r.k > 0 {
-				if r.debt > 0 && !s.addDebt(r.debt, nil) {
+				if r.debt > 0 && !s.addDebt(r.debt) {
 					return
 				}
 				syncsSinceExec = r.syncs
 				if r.flushed {
 					batch.forwarded = true
+					batch.executed = batch.executed || r.executed
 				} else {
 					batch.reset()
 				}
@@ -246,12 +260,12 @@ func (s *session) clientToServer() {
 			// written, so their ReadyForQuery never precedes its debt.
 			switch typ {
 			case 'Q', 'F':
-				if !s.addDebt(1, nil) {
+				if !s.addDebt(1) {
 					return
 				}
 			case 'S':
 				syncsSinceExec++
-				if !s.addDebt(1, nil) {
+				if !s.addDebt(1) {
 					return
 				}
 			}
@@ -275,7 +289,7 @@ func (s *session) clientToServer() {
 		switch typ {
 		case 'Q':
 			if n > maxInspect {
-				if !s.addDebt(1, nil) {
+				if !s.addDebt(1) {
 					return
 				}
 				if s.forwardStream(hdr, n) != nil {
@@ -288,6 +302,22 @@ func (s *session) clientToServer() {
 				gone()
 				return
 			}
+			if batch.failed {
+				continue // Postgres ignores it while skipping to Sync
+			}
+			if len(batch.local) > 0 || batch.ranLocal {
+				// A simple Query inside a mixed batch: the group before it
+				// runs, and the proxy's block ends as Postgres ends the
+				// implicit transaction of the batch at a Query.
+				if !s.runGroup(&batch, false, true, false, nil) {
+					return
+				}
+				failed := batch.failed
+				batch.reset()
+				if failed {
+					continue
+				}
+			}
 			sql := string(body[:max0(len(body)-1)])
 			route := s.intercept.Classify(s.info, sql)
 			if !route.Local {
@@ -295,7 +325,7 @@ func (s *session) clientToServer() {
 					clear(stmts)
 					clear(portals)
 				}
-				if !s.addDebt(1, nil) {
+				if !s.addDebt(1) {
 					return
 				}
 				s.uw.Write(hdr[:])
@@ -303,6 +333,17 @@ func (s *session) clientToServer() {
 				continue
 			}
 			s.srv.metrics.Intercepted(route.Kind)
+			if batch.forwarded {
+				// Upstream's part of the batch must be answered first.
+				if !s.runGroup(&batch, false, false, false, nil) {
+					return
+				}
+				failed := batch.failed
+				batch.reset()
+				if failed {
+					continue
+				}
+			}
 			if !s.runLocal(&localUnit{call: &Call{SQL: sql, Route: route}}) {
 				return
 			}
@@ -313,7 +354,7 @@ func (s *session) clientToServer() {
 				// is read whole and classified below, like a Query; a larger
 				// one passes unclassified, like a larger Query.
 				local := false
-				if p, err := s.cr.Peek(min(n, 160)); err == nil {
+				if p, err := s.cr.Peek(min(n, 160)); err == nil && !batch.failed {
 					switch typ {
 					case 'B':
 						if portal, rest, ok := cstring(p); ok {
@@ -327,17 +368,35 @@ func (s *session) clientToServer() {
 						}
 					}
 				}
-				if local || batch.ranLocal || len(batch.local) > 0 {
-					if batch.refuse == nil {
-						batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
-					}
+				if batch.failed || local {
 					if _, err := s.cr.Discard(n); err != nil {
 						gone()
 						return
 					}
+					if local {
+						// Fail the batch at this message, as Postgres fails
+						// a message it cannot take.
+						tooBig := pgerr.Newf(pgerr.ProgramLimitExceeded, "a message of %d bytes is too large for a statement the proxy answers", n)
+						if !s.runGroup(&batch, false, false, false, tooBig) {
+							return
+						}
+					}
 					continue
 				}
+				if len(batch.local) > 0 {
+					if !s.runGroup(&batch, true, false, false, nil) {
+						return
+					}
+					if batch.failed {
+						if _, err := s.cr.Discard(n); err != nil {
+							gone()
+							return
+						}
+						continue
+					}
+				}
 				batch.forwarded = true
+				batch.executed = batch.executed || typ == 'E'
 				if s.forwardStream(hdr, n) != nil {
 					gone()
 					return
@@ -348,8 +407,8 @@ func (s *session) clientToServer() {
 				gone()
 				return
 			}
-			if batch.refuse != nil {
-				continue // discarding until Sync
+			if batch.failed {
+				continue // skipped to Sync, so it changes nothing, as in Postgres
 			}
 			lm, local, perr := s.classifyExtended(typ, body, stmts, portals)
 			if perr != nil {
@@ -358,25 +417,36 @@ func (s *session) clientToServer() {
 				return
 			}
 			if local {
-				if batch.forwarded {
-					batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
-					continue
-				}
 				if typ == 'P' {
 					s.srv.metrics.Intercepted(lm.stmt.route.Kind)
 				}
 				batch.local = append(batch.local, lm)
 				continue
 			}
-			if len(batch.local) > 0 || batch.ranLocal {
-				batch.refuse = pgerr.New(pgerr.FeatureNotSupported, "send the Trellis statement in its own Sync batch").WithClass("unsupported", "SharedSyncBatch")
-				batch.local = nil
-				continue
+			if len(batch.local) > 0 {
+				// The group before this ordinary message is whole: it runs
+				// at its place, the rest of the batch after it.
+				if !s.runGroup(&batch, true, false, false, nil) {
+					return
+				}
+				if batch.failed {
+					continue
+				}
 			}
 			// Ordinary: forwarded at once, never held for the rest of the
 			// batch (D22), so upstream sees the client's timing (a
 			// statement_timeout between Parse and Describe fires as directly).
 			batch.forwarded = true
+			switch typ {
+			case 'E':
+				batch.executed = true
+			case 'P':
+				if batch.ranLocal && lm.rewritten == nil {
+					if _, q, ok := scanParse(body); ok && beginsBlock(q) {
+						batch.began = true
+					}
+				}
+			}
 			if lm.rewritten != nil {
 				s.uw.Write(lm.rewritten)
 			} else {
@@ -396,40 +466,33 @@ func (s *session) clientToServer() {
 				return
 			}
 			sync := typ == 'S'
+			mixed := batch.ranLocal || batch.failed
 			switch {
-			case batch.refuse != nil && !sync:
-				// still discarding
-			case batch.refuse != nil && (batch.forwarded):
-				syncsSinceExec++
-				if !s.addDebt(1, batch.refuse) {
+			case !sync && batch.failed:
+				// Postgres ignores a Flush while skipping to Sync.
+			case !sync && len(batch.local) > 0:
+				if !s.runGroup(&batch, true, false, false, nil) {
 					return
 				}
-				// Fail the batch upstream too, so the prefix forwarded before
-				// the refusal is rolled back with it, as the client is told.
-				s.uw.Write(abortBatchParse)
-				s.uw.Write(hdr[:])
-				s.uw.Write(body)
-				batch.reset()
-			case batch.refuse != nil:
-				if !s.runLocal(&localUnit{err: batch.refuse, z: true}) {
-					return
-				}
-				batch.reset()
-			case len(batch.local) > 0 || batch.ranLocal:
+			case sync && len(batch.local) > 0 && !batch.forwarded && !mixed:
+				// The whole batch is the proxy's: answered locally,
+				// upstream never sees it.
 				batch.local = append(batch.local, localMsg{typ: typ})
 				msgs := batch.local
-				batch.local = nil
-				batch.ranLocal = true
+				batch.reset()
 				if !s.runLocal(&localUnit{msgs: msgs}) {
 					return
 				}
-				if sync {
-					batch.reset()
+			case sync && (mixed || len(batch.local) > 0):
+				syncsSinceExec++
+				if !s.runGroup(&batch, false, true, true, nil) {
+					return
 				}
+				batch.reset()
 			default:
 				if sync {
 					syncsSinceExec++
-					if !s.addDebt(1, nil) {
+					if !s.addDebt(1) {
 						return
 					}
 				}
@@ -437,8 +500,6 @@ func (s *session) clientToServer() {
 				s.uw.Write(body)
 				if sync {
 					batch.reset()
-				} else {
-					batch.forwarded = true
 				}
 			}
 		default:
@@ -671,17 +732,17 @@ func (s *session) enqueueFatal(e *pgerr.Error) {
 // must not start (Shutdown ends idle sessions at once), and the check shares
 // the lock with the server→client pump's idle check, so a statement is either
 // accounted before the pump ends the session or refused.
-func (s *session) addDebt(n int, refuse *pgerr.Error) bool {
+func (s *session) addDebt(n int) bool {
 	s.mu.Lock()
 	if s.endingLocked() {
 		s.mu.Unlock()
 		s.wake()
 		return false
 	}
-	if k := len(s.plan); refuse == nil && k > 0 && s.plan[k-1].unit == nil && s.plan[k-1].errBeforeZ == nil {
+	if k := len(s.plan); k > 0 && s.plan[k-1].unit == nil {
 		s.plan[k-1].owed += n
 	} else {
-		s.plan = append(s.plan, &planEntry{owed: n, errBeforeZ: refuse, abortParse: refuse != nil})
+		s.plan = append(s.plan, &planEntry{owed: n})
 	}
 	s.mu.Unlock()
 	return true
@@ -787,22 +848,16 @@ func (s *session) serverToClient() string {
 			}
 			if typ == 'Z' && len(body) == 1 {
 				s.info.setTxStatus(body[0])
-				if e := s.payDebt(); e != nil {
-					s.cw.Write(encodeError(s.wbuf[:0], e, false, s.srv.log))
-				}
+				s.batchErr = false
+				s.payDebt()
 			}
 			if typ == 'S' {
 				s.noteParameterStatus(body)
 			}
 			fatalErr := false
 			if typ == 'E' {
+				s.batchErr = true
 				var er pgproto3.ErrorResponse
-				if refuse := s.markError(&er, body); refuse != nil {
-					// The proxy's own abort of a refused batch: the client
-					// gets the refusal instead.
-					s.cw.Write(encodeError(s.wbuf[:0], refuse, false, s.srv.log))
-					continue
-				}
 				if er.Decode(body) == nil {
 					s.srv.metrics.ErrorSent("upstream", er.Code)
 					if er.Severity == "FATAL" || er.Severity == "PANIC" {
@@ -894,54 +949,19 @@ func (s *session) clearWake() {
 	s.up.SetReadDeadline(time.Time{})
 }
 
-// payDebt accounts one relayed ReadyForQuery and returns an error to send
-// before it, for a refused batch that was partly forwarded.
-func (s *session) payDebt() *pgerr.Error {
+// payDebt accounts one relayed ReadyForQuery.
+func (s *session) payDebt() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.plan) == 0 || s.plan[0].unit != nil {
-		return nil
+		return
 	}
 	e := s.plan[0]
-	var refuse *pgerr.Error
-	if e.owed == 1 && e.errBeforeZ != nil && !e.sawError {
-		refuse = e.errBeforeZ
-	}
 	e.owed--
 	if e.owed <= 0 {
 		s.plan = s.plan[1:]
 	}
-	return refuse
 }
-
-// markError notes an upstream error in the front entry; for the error of the
-// proxy's abortBatchParse it returns the refusal to send in its place.
-func (s *session) markError(er *pgproto3.ErrorResponse, body []byte) *pgerr.Error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.plan) == 0 || s.plan[0].unit != nil {
-		return nil
-	}
-	e := s.plan[0]
-	wasFirst := !e.sawError
-	e.sawError = true
-	if e.abortParse && wasFirst && e.owed == 1 && er.Decode(body) == nil &&
-		er.Code == "42601" && strings.Contains(er.Message, abortBatchToken) {
-		return e.errBeforeZ
-	}
-	return nil
-}
-
-// abortBatchToken is the text of the Parse the proxy sends before the Sync of
-// a refused, partly forwarded batch: a syntax error, so the batch fails
-// upstream (skipped, like Postgres skips anything after an earlier error). It
-// is a named statement, so the client's unnamed one is left alone.
-const abortBatchToken = "trellis_proxy_refused_batch"
-
-var abortBatchParse = func() []byte {
-	b, _ := (&pgproto3.Parse{Name: abortBatchToken, Query: abortBatchToken}).Encode(nil)
-	return b
-}()
 
 // runPlanFront runs local units that reached the front of the plan and
 // handles shutdown; end reports that the session is over.
@@ -1018,6 +1038,7 @@ type routedRun struct {
 	k, msgs, debt, lastEnd int
 	syncs                  int  // syncsSinceExec after the run
 	flushed                bool // the run ends at a Flush inside a batch
+	executed               bool // ... and an Execute of that batch is in it
 }
 
 // scanRouted finds, at the start of b, the whole frames the interceptor
@@ -1035,7 +1056,7 @@ type routedRun struct {
 func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts map[string]*localStmt, portals map[string]*localPortal) routedRun {
 	var r routedRun
 	r.syncs = syncs
-	k, msgs, debt := 0, 0, 0
+	k, msgs, debt, executed := 0, 0, 0, false
 	for len(b)-k >= 5 {
 		typ := b[k]
 		l := int64(binary.BigEndian.Uint32(b[k+1:]))
@@ -1074,6 +1095,7 @@ func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts m
 				return r
 			}
 			syncs = 0
+			executed = true
 		case 'S', 'H':
 			if len(body) > batchCap {
 				return r
@@ -1101,10 +1123,10 @@ func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts m
 			if typ == 'Q' {
 				debt++
 			}
-			pending = false
+			pending, executed = false, false
 			r = routedRun{k: k, msgs: msgs, debt: debt, lastEnd: k, syncs: syncs}
 		case 'H':
-			r = routedRun{k: k, msgs: msgs, debt: debt, lastEnd: r.lastEnd, syncs: syncs, flushed: true}
+			r = routedRun{k: k, msgs: msgs, debt: debt, lastEnd: r.lastEnd, syncs: syncs, flushed: true, executed: executed}
 		default:
 			pending = true
 		}
