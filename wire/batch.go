@@ -148,8 +148,8 @@ type replyFrame struct {
 	body []byte
 }
 
-// ourReplies is the most frames the probe answers with (see settle).
-const ourReplies = 14
+// ourReplies is the most frames the probe answers with (see matchProbe).
+const ourReplies = 16
 
 // settle relays the replies of the ordinary messages forwarded since the
 // last Sync and closes the upstream batch with a Sync of the proxy's.

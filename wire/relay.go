@@ -23,7 +23,7 @@ type localUnit struct {
 	msgs  []localMsg   // an extended-protocol batch answered locally
 	err   *pgerr.Error // answer with this error (then ReadyForQuery when z)
 	z     bool
-	step  *batchStep // msgs is a group of a mixed Sync batch (batch.go)
+	step  *batchStep   // msgs is a group of a mixed Sync batch (batch.go)
 	fatal *pgerr.Error // protocol violation: write it and end the session
 	done  chan struct{}
 }
