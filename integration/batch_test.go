@@ -269,6 +269,26 @@ func TestBatchTrellisFailureSkipsRest(t *testing.T) {
 		t.Fatal("the refused batch left tables behind")
 	}
 
+	// A Trellis statement first in the batch shares the transaction of what
+	// follows it too.
+	r.sendMsgs(&pgproto3.Query{String: "CREATE TABLE g1 (id int PRIMARY KEY, v int)"})
+	r.untilZ()
+	r.sendMsgs(batch(pbde("TRANSFORM g1v FROM g1 SELECT v AS w"), pbe("INSERT INTO g1 VALUES (1, 1), (1, 1)"), syncMsg)...)
+	if got := shape(r.untilZ()); got != "12TDC12EZI" {
+		t.Fatalf("TRANSFORM first, failing INSERT after: %q", got)
+	}
+	if h.exists(t, "g1v") || h.definitions(t) != 0 {
+		t.Fatal("the failed batch kept its TRANSFORM")
+	}
+
+	// A Describe refused in the client's block aborts the block too.
+	r.sendMsgs(batch(pbe("BEGIN"), params, syncMsg)...)
+	if fs := r.untilZ(); shape(fs) != "12C12EZE" || errCodes(fs)[0] != "0A000" {
+		t.Fatalf("$n in a block: %q %v", shape(fs), errCodes(fs))
+	}
+	r.sendMsgs(&pgproto3.Query{String: "ROLLBACK"})
+	r.untilZ()
+
 	// Inside the client's block the failure aborts the block.
 	r.sendMsgs(batch(pbe("BEGIN"), pbe("CREATE TABLE f5 (id int PRIMARY KEY, v int)"), pbde("TRANSFORM f5v FROM f5 SELECT nope AS w"),
 		pbe("CREATE TABLE f6 (a int)"), syncMsg)...)
@@ -339,6 +359,25 @@ func TestBatchNamedPipelinedAndFlushed(t *testing.T) {
 		t.Fatal("the pipeline's Sync did not commit")
 	}
 	h.waitStatus(t, "p1v", "live")
+
+	// The client's own COMMIT or BEGIN after the Trellis statement: the
+	// status at Sync is Postgres's for the same batch.
+	r.sendMsgs(&pgproto3.Query{String: "CREATE TABLE p2 (id int, v int)"})
+	r.untilZ()
+	for _, c := range []struct{ tx, want string }{{"COMMIT", "12C12TDC12C12DCZI"}, {"BEGIN", "12C12TDC12C12DCZT"}} {
+		m := batch(pbe("INSERT INTO p2 VALUES (2, 2)"), pbde("SELECT trellis.await_converged(pg_current_wal_insert_lsn()::text, 0)"),
+			pbe(c.tx), pbe("SELECT 1"), syncMsg)
+		fs := r.untilZ
+		r.sendMsgs(m...)
+		got := shape(fs())
+		direct := directShape(t, h.db, "", 1,
+			batch(pbe("INSERT INTO p2 VALUES (2, 2)"), pbde("SELECT 1 AS converged"), pbe(c.tx), pbe("SELECT 1"), syncMsg))
+		if got != c.want || got != direct {
+			t.Fatalf("%s after the call: %q, Postgres ends with %q", c.tx, got, direct)
+		}
+		r.sendMsgs(&pgproto3.Query{String: "ROLLBACK"})
+		r.untilZ()
+	}
 }
 
 // A call the proxy answers itself (a wait) inside a mixed batch runs at its
@@ -394,6 +433,30 @@ func TestBatchPgxSendBatch(t *testing.T) {
 		t.Fatalf("after the batch: tx %c, target exists %v", c.PgConn().TxStatus(), h.exists(t, "pxv"))
 	}
 	h.waitStatus(t, "pxv", "live")
+
+	// The default mode prepares every statement first (named Parse and
+	// Describe, their own Sync), then binds and executes them in one batch.
+	d := connectURL(t, h.url("postgres", "", h.db, ""))
+	b = &pgx.Batch{}
+	b.Queue("INSERT INTO px VALUES (3, 30)")
+	b.Queue("TRANSFORM pxw FROM px SELECT v * 2 AS w")
+	b.Queue("SELECT count(*) FROM px")
+	br = d.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.QueryRow().Scan(&n); err != nil || n != 3 {
+		t.Fatalf("count %d %v", n, err)
+	}
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d.PgConn().TxStatus() != 'I' || !h.exists(t, "pxw") {
+		t.Fatal("the prepared batch did not commit")
+	}
 
 	// A failing batch: the error is the driver's, nothing stays.
 	b = &pgx.Batch{}
