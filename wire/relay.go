@@ -1049,10 +1049,11 @@ type routedRun struct {
 // the names a frame refers to. Everything else stops the run before the
 // frame, for the frame-by-frame path: a local or rewritten statement, a
 // name of a local statement or portal, a malformed or oversized frame, and
-// the frames of copy, function call and Terminate. The run never ends
-// inside a batch, so a batch the slow path would refuse whole (a Trellis
-// statement sharing its Sync batch) is never partly forwarded by it.
-// pending says frames of the current batch are already held back.
+// the frames of copy, function call and Terminate. The run ends only at a
+// batch's end or at a Flush, and reports whether an Execute of the batch
+// it leaves open went upstream, so a group later in that batch settles it
+// exactly (batch.go). pending says frames of the current batch already went
+// upstream.
 func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts map[string]*localStmt, portals map[string]*localPortal) routedRun {
 	var r routedRun
 	r.syncs = syncs
