@@ -484,7 +484,7 @@ func (s *session) clientToServer() {
 					return
 				}
 			case sync && (mixed || len(batch.local) > 0):
-				syncsSinceExec++
+				// Answered by the proxy: upstream owes nothing for it.
 				if !s.runGroup(&batch, false, true, true, nil) {
 					return
 				}
