@@ -269,8 +269,11 @@ func (s *session) settle(ctx context.Context, st *batchStep, up *lentUpstream, w
 				relayOldest()
 			}
 			if failed {
+				// Postgres ended the batch at the proxy's Sync: a block of
+				// the proxy's is left aborted unless a BEGIN of the
+				// client's took it over (or it was rolled back).
 				st.failed = true
-				st.owns = st.owns && s.info.TxStatus() == 'E'
+				st.owns = st.owns && !st.began && s.info.TxStatus() == 'E'
 			}
 			return
 		case 'E':
