@@ -365,7 +365,7 @@ func TestBatchNamedPipelinedAndFlushed(t *testing.T) {
 	r.sendMsgs(&pgproto3.Query{String: "CREATE TABLE p2 (id int, v int)"})
 	r.untilZ()
 	for _, c := range []struct{ tx, want string }{{"COMMIT", "12C12TDC12C12DCZI"}, {"BEGIN", "12C12TDC12C12DCZT"}} {
-		m := batch(pbe("INSERT INTO p2 VALUES (2, 2)"), pbde("SELECT trellis.await_converged(pg_current_wal_insert_lsn()::text, 0)"),
+		m := batch(pbe("INSERT INTO p2 VALUES (2, 2)"), pbde("SELECT trellis.try_await_converged(pg_current_wal_insert_lsn()::text, 0)"),
 			pbe(c.tx), pbe("SELECT 1"), syncMsg)
 		fs := r.untilZ
 		r.sendMsgs(m...)
