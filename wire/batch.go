@@ -53,13 +53,13 @@ const probeCMM = "SELECT set_config('client_min_messages', 'warning', true) WHER
 // appendLentExec appends one statement on the lent names, closed after use
 // (and before, in case an earlier failure left them).
 func appendLentExec(b []byte, sql string) []byte {
-	b, _ = (&pgproto3.Close{ObjectType: 'P', Name: lentPortal}).Encode(b)
-	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: lentStmt}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objPortal, Name: lentPortal}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objStatement, Name: lentStmt}).Encode(b)
 	b, _ = (&pgproto3.Parse{Name: lentStmt, Query: sql}).Encode(b)
 	b, _ = (&pgproto3.Bind{DestinationPortal: lentPortal, PreparedStatement: lentStmt}).Encode(b)
 	b, _ = (&pgproto3.Execute{Portal: lentPortal}).Encode(b)
-	b, _ = (&pgproto3.Close{ObjectType: 'P', Name: lentPortal}).Encode(b)
-	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: lentStmt}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objPortal, Name: lentPortal}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objStatement, Name: lentStmt}).Encode(b)
 	return b
 }
 
@@ -114,7 +114,7 @@ func (s *session) runStep(ctx context.Context, u *localUnit, up *lentUpstream, w
 			}
 		}
 		if st.z {
-			w.frame('Z', []byte{s.info.TxStatus()})
+			w.frame(msgReadyForQuery, []byte{s.info.TxStatus()})
 		}
 	}
 }
@@ -135,7 +135,7 @@ const abortBlockToken = "trellis_proxy_aborts_the_block"
 
 func hasExecute(msgs []localMsg) bool {
 	for _, m := range msgs {
-		if m.typ == 'E' {
+		if m.typ == msgExecute {
 			return true
 		}
 	}
@@ -196,7 +196,7 @@ func (s *session) settle(ctx context.Context, st *batchStep, up *lentUpstream, w
 	relayOldest := func() {
 		f := tail[0]
 		tail = tail[1:]
-		if f.typ != 'S' && f.typ != 'A' {
+		if f.typ != msgParameterStatus && f.typ != msgNotification {
 			nonAsync--
 		}
 		w.frame(f.typ, f.body)
@@ -239,7 +239,7 @@ func (s *session) settle(ctx context.Context, st *batchStep, up *lentUpstream, w
 			return
 		}
 		switch typ {
-		case 'Z':
+		case msgReadyForQuery:
 			if len(body) == 1 {
 				s.info.setTxStatus(body[0])
 			}
@@ -248,7 +248,7 @@ func (s *session) settle(ctx context.Context, st *batchStep, up *lentUpstream, w
 				start, ok, warned, changed := matchProbe(tail)
 				if ok {
 					for i, f := range tail {
-						if i < start || f.typ == 'S' || f.typ == 'A' {
+						if i < start || f.typ == msgParameterStatus || f.typ == msgNotification {
 							w.frame(f.typ, f.body)
 						}
 					}
@@ -276,17 +276,17 @@ func (s *session) settle(ctx context.Context, st *batchStep, up *lentUpstream, w
 				st.owns = st.owns && !st.began && s.info.TxStatus() == 'E'
 			}
 			return
-		case 'E':
+		case msgErrorResponse:
 			failed = true
 			var er pgproto3.ErrorResponse
 			if er.Decode(body) == nil {
 				s.srv.metrics.ErrorSent("upstream", er.Code)
 			}
-		case 'S':
+		case msgParameterStatus:
 			s.noteParameterStatus(body)
 		}
 		tail = append(tail, replyFrame{typ, bytes.Clone(body)})
-		if typ != 'S' && typ != 'A' {
+		if typ != msgParameterStatus && typ != msgNotification {
 			nonAsync++
 		}
 		for nonAsync > ourReplies || (!st.executed && len(tail) > 0) {
@@ -308,7 +308,7 @@ func (s *session) settle(ctx context.Context, st *batchStep, up *lentUpstream, w
 func matchProbe(tail []replyFrame) (start int, ok, warned, changed bool) {
 	j := len(tail) - 1
 	next := func() (replyFrame, bool) {
-		for j >= 0 && (tail[j].typ == 'S' || tail[j].typ == 'A') {
+		for j >= 0 && (tail[j].typ == msgParameterStatus || tail[j].typ == msgNotification) {
 			j--
 		}
 		if j < 0 {
@@ -325,16 +325,16 @@ func matchProbe(tail []replyFrame) (start int, ok, warned, changed bool) {
 	}
 	tag := func() string {
 		f, ok := next()
-		if !ok || f.typ != 'C' {
+		if !ok || f.typ != msgCommandComplete {
 			return ""
 		}
 		return string(bytes.TrimRight(f.body, "\x00"))
 	}
-	if !want('3') || !want('3') || tag() != "BEGIN" {
+	if !want(msgCloseComplete) || !want(msgCloseComplete) || tag() != "BEGIN" {
 		return 0, false, false, false
 	}
 	f, fok := next()
-	if fok && f.typ == 'N' {
+	if fok && f.typ == msgNoticeResponse {
 		var nr pgproto3.NoticeResponse
 		if nr.Decode(f.body) != nil || nr.Code != "25001" {
 			return 0, false, false, false
@@ -342,20 +342,20 @@ func matchProbe(tail []replyFrame) (start int, ok, warned, changed bool) {
 		warned = true
 		f, fok = next()
 	}
-	if !fok || f.typ != '2' || !want('1') || !want('3') || !want('3') || !want('3') || !want('3') {
+	if !fok || f.typ != msgBindComplete || !want(msgParseComplete) || !want(msgCloseComplete) || !want(msgCloseComplete) || !want(msgCloseComplete) || !want(msgCloseComplete) {
 		return 0, false, false, false
 	}
 	switch tag() {
 	case "SELECT 0":
 	case "SELECT 1":
 		changed = true
-		if !want('D') {
+		if !want(msgDataRow) {
 			return 0, false, false, false
 		}
 	default:
 		return 0, false, false, false
 	}
-	if !want('2') || !want('1') || !want('3') || !want('3') {
+	if !want(msgBindComplete) || !want(msgParseComplete) || !want(msgCloseComplete) || !want(msgCloseComplete) {
 		return 0, false, false, false
 	}
 	return start, true, warned, changed
@@ -414,4 +414,161 @@ func leadingWord(sql []byte) string {
 		}
 	}
 	return ""
+}
+
+type localStmt struct {
+	name      string
+	sql       string
+	route     Route
+	paramOIDs []uint32
+}
+
+type localPortal struct {
+	stmt          *localStmt
+	paramFormats  []int16
+	params        [][]byte
+	resultFormats []int16
+}
+
+type localMsg struct {
+	typ     byte // msgParse, msgBind, msgDescribe, msgExecute, msgClose, msgSync, msgFlush
+	stmt    *localStmt
+	portal  *localPortal
+	objType byte // Describe/Close target
+	maxRows uint32
+	// rewritten is the whole frame to send upstream instead of a Parse
+	// the interceptor rewrote (Route.Rewrite); the statement stays
+	// upstream's.
+	rewritten []byte
+}
+
+// c2sBatch is the extended-protocol batch being read (interception on).
+type c2sBatch struct {
+	local     []localMsg // local messages not yet answered: a group
+	forwarded bool       // ordinary messages went upstream since the last Sync (the client's or the proxy's)
+	executed  bool       // ... and an Execute among them
+	began     bool       // ... and a BEGIN-like statement, after a group ran
+	ranLocal  bool       // a group of this batch ran: the batch is mixed, its Sync is the proxy's to answer
+	owns      bool       // the proxy opened the block open upstream (batch.go)
+	failed    bool       // the batch failed: skip to Sync, as Postgres does
+}
+
+func (b *c2sBatch) reset() { *b = c2sBatch{} }
+
+// runGroup runs the pending group of a mixed batch (possibly empty) at its
+// place: upstream's part before it settled first. finish ends the batch (z:
+// at the client's Sync); promote says more of the batch follows. False means
+// the session ended.
+func (s *session) runGroup(b *c2sBatch, promote, finish, z bool, e *pgerr.Error) bool {
+	st := &batchStep{settle: b.forwarded, executed: b.executed, began: b.began, promote: promote,
+		finish: finish, z: z, err: e, owns: b.owns, failed: b.failed}
+	msgs := b.local
+	b.local = nil
+	if !s.runLocal(&localUnit{msgs: msgs, step: st}) {
+		return false
+	}
+	b.forwarded, b.executed, b.began = false, false, false
+	b.ranLocal, b.owns, b.failed = true, st.owns, st.failed
+	return true
+}
+
+// classifyExtended decides the owner of one extended-protocol message and
+// keeps the statement and portal ownership maps.
+func (s *session) classifyExtended(typ byte, body []byte, stmts map[string]*localStmt, portals map[string]*localPortal) (localMsg, bool, *pgerr.Error) {
+	bad := func() (localMsg, bool, *pgerr.Error) {
+		return localMsg{}, false, fatal(pgerr.ProtocolViolation, "invalid message format for message type %s", quoteTyp(typ))
+	}
+	switch typ {
+	case msgParse:
+		// Pass-through statements are the common case: check the frame the
+		// way pgproto3 would and look names up without decoding it whole
+		// (no allocation but the SQL string Classify takes).
+		name, query, ok := scanParse(body)
+		if !ok {
+			return bad()
+		}
+		route := s.intercept.Classify(s.info, string(query))
+		if !route.Local || route.Rewrite != "" {
+			if len(stmts) > 0 {
+				delete(stmts, string(name))
+			}
+			if route.Rewrite == "" {
+				return localMsg{}, false, nil
+			}
+			var p pgproto3.Parse
+			if p.Decode(body) != nil {
+				return bad()
+			}
+			p.Query = route.Rewrite
+			f, err := p.Encode(nil)
+			if err != nil {
+				return bad()
+			}
+			return localMsg{typ: msgParse, rewritten: f}, false, nil
+		}
+		var p pgproto3.Parse
+		if p.Decode(body) != nil {
+			return bad()
+		}
+		st := &localStmt{name: p.Name, sql: p.Query, route: route, paramOIDs: append([]uint32(nil), p.ParameterOIDs...)}
+		stmts[p.Name] = st
+		return localMsg{typ: msgParse, stmt: st}, true, nil
+	case msgBind:
+		portal, stmt, ok := scanBind(body)
+		if !ok {
+			return bad()
+		}
+		if stmts[string(stmt)] == nil {
+			if len(portals) > 0 {
+				delete(portals, string(portal))
+			}
+			return localMsg{}, false, nil
+		}
+		var b pgproto3.Bind
+		if b.Decode(body) != nil {
+			return bad()
+		}
+		st := stmts[b.PreparedStatement]
+		params := make([][]byte, len(b.Parameters))
+		for i, p := range b.Parameters {
+			if p != nil {
+				params[i] = append([]byte{}, p...)
+			}
+		}
+		po := &localPortal{stmt: st, paramFormats: append([]int16(nil), b.ParameterFormatCodes...), params: params,
+			resultFormats: append([]int16(nil), b.ResultFormatCodes...)}
+		portals[b.DestinationPortal] = po
+		return localMsg{typ: msgBind, portal: po}, true, nil
+	case msgDescribe, msgClose:
+		if len(body) < 2 {
+			return bad()
+		}
+		name, _, ok := scanCString(body[1:])
+		if !ok {
+			return bad()
+		}
+		switch body[0] {
+		case objStatement:
+			st := stmts[string(name)]
+			if typ == msgClose && st != nil {
+				delete(stmts, string(name))
+			}
+			return localMsg{typ: typ, objType: objStatement, stmt: st}, st != nil, nil
+		case objPortal:
+			po := portals[string(name)]
+			if typ == msgClose && po != nil {
+				delete(portals, string(name))
+			}
+			return localMsg{typ: typ, objType: objPortal, portal: po}, po != nil, nil
+		}
+		return bad()
+	case msgExecute:
+		portal, rest, ok := scanCString(body)
+		if !ok || len(rest) < 4 {
+			return bad()
+		}
+		po := portals[string(portal)]
+		return localMsg{typ: msgExecute, portal: po, maxRows: binary.BigEndian.Uint32(rest)}, po != nil, nil
+	}
+	return localMsg{}, false, nil
 }

@@ -15,6 +15,12 @@
 // synthesizes. Large bodies (DataRow, CopyData, big Bind) are streamed with
 // io.CopyN and never held whole.
 //
+// Files by concern: c2s.go is the client→server pump (dispatch of client
+// frames, the raw and routed fast paths), batch.go the extended-batch router
+// (local groups, mixed Sync batches), plan.go the reply plan shared by the
+// pumps, s2c.go the server→client pump, lend.go a local unit's execution on
+// the lent upstream, msgtype.go the protocol's message types.
+//
 // # Lifecycle of a session
 //
 //  1. S0 accept: exact reads of the first packets (no read-ahead, so nothing
