@@ -281,6 +281,18 @@ func TestBatchTrellisFailureSkipsRest(t *testing.T) {
 		t.Fatal("the failed batch kept its TRANSFORM")
 	}
 
+	// A Bind too large for the proxy to hold fails the batch there, after
+	// the group before it ran.
+	big := []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "SELECT * FROM trellis.apply($1)"},
+		&pgproto3.Bind{Parameters: [][]byte{[]byte("TRANSFORM big FROM g1 SELECT v AS w" + strings.Repeat(" ", 1<<21))}}, &pgproto3.Execute{}}
+	r.sendMsgs(batch(pbe("CREATE TABLE g2 (a int)"), big, syncMsg)...)
+	if fs := r.untilZ(); shape(fs) != "12C1EZI" || errCodes(fs)[0] != "54000" {
+		t.Fatalf("oversized Bind of a proxy call: %q %v", shape(fs), errCodes(fs))
+	}
+	if h.exists(t, "g2") {
+		t.Fatal("the failed batch kept its prefix")
+	}
+
 	// A Describe refused in the client's block aborts the block too.
 	r.sendMsgs(batch(pbe("BEGIN"), params, syncMsg)...)
 	if fs := r.untilZ(); shape(fs) != "12C12EZE" || errCodes(fs)[0] != "0A000" {

@@ -299,7 +299,12 @@ func (s *session) clientToServer() {
 						gone()
 						return
 					}
-					if local {
+					if local && len(batch.local) > 0 {
+						if !s.runGroup(&batch, true, false, false, nil) {
+							return
+						}
+					}
+					if local && !batch.failed {
 						// Fail the batch at this message, as Postgres fails
 						// a message it cannot take.
 						tooBig := pgerr.Newf(pgerr.ProgramLimitExceeded, "a message of %d bytes is too large for a statement the proxy answers", n)
