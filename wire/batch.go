@@ -380,7 +380,7 @@ func leadingWord(sql []byte) string {
 	i := 0
 	for i < len(sql) {
 		switch c := sql[i]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '(':
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
 			i++
 		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
 			for i < len(sql) && sql[i] != '\n' && sql[i] != '\r' {
