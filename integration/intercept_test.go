@@ -151,46 +151,55 @@ func TestInterceptOrdering(t *testing.T) {
 		t.Fatalf("values %s", got)
 	}
 
-	// A batch mixing a local and an upstream statement is refused: the
-	// ordinary prefix went upstream at once (D22) and is rolled back with
-	// the batch.
+	// A batch mixing a local and an upstream statement runs in order: the
+	// ordinary prefix went upstream at once (D22), its replies come first,
+	// then the local statement's, then ReadyForQuery.
 	r.sendMsgs(&pgproto3.Parse{Query: "select 1"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 		&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	frames = r.untilZ()
-	if types(frames) != "12DCEZ" {
+	if types(frames) != "12DC12DCZ" || string(frames[len(frames)-1].body) != "I" {
 		t.Fatalf("mixed batch frames %q", types(frames))
 	}
-	var e pgproto3.ErrorResponse
-	e.Decode(frames[4].body)
-	if e.Code != "0A000" {
-		t.Fatalf("mixed batch: %+v", e)
-	}
 
-	// Mixed after a Flush already sent the first part upstream: the rest is
-	// discarded and the refusal comes just before the batch's ReadyForQuery.
+	// Mixed after a Flush already had the first part answered.
 	r.sendMsgs(&pgproto3.Parse{Query: "select 1"}, &pgproto3.Flush{})
 	if f := r.next1(); f.typ != '1' {
 		t.Fatalf("want ParseComplete, got %v", f)
 	}
 	r.sendMsgs(&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{},
 		&pgproto3.Query{String: "select 'after'"})
-	if got := types(r.untilZs(2)); got != "EZTDCZ" {
+	if got := types(r.untilZs(2)); got != "12DCZTDCZ" {
 		t.Fatalf("frames %q", got)
 	}
 
-	// The refused batch's forwarded prefix leaves nothing behind, and a
-	// prefix that fails itself is reported as Postgres reports it.
-	r.sendMsgs(&pgproto3.Query{String: "create table relay_refused(a int)"})
+	// The forwarded prefix commits with the batch; a local statement failing
+	// after it rolls it back and skips the rest, as an error from Postgres.
+	r.sendMsgs(&pgproto3.Query{String: "create table relay_mixed(a int)"})
 	r.untilZ()
-	r.sendMsgs(&pgproto3.Parse{Query: "insert into relay_refused values (1)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+	r.sendMsgs(&pgproto3.Parse{Query: "insert into relay_mixed values (1)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 		&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
-	if got := types(r.untilZ()); got != "12CEZ" {
-		t.Fatalf("refused insert batch frames %q", got)
+	if frames := r.untilZ(); types(frames) != "12C12DCZ" || string(frames[len(frames)-1].body) != "I" {
+		t.Fatalf("insert batch frames %q", types(frames))
 	}
-	var n int
-	if err := direct(t).QueryRow(t.Context(), "select count(*) from relay_refused").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("refused batch left %d rows (%v)", n, err)
+	r.sendMsgs(&pgproto3.Parse{Query: "insert into relay_mixed values (2)"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "SELECT 'fail'"}, &pgproto3.Bind{}, &pgproto3.Execute{},
+		&pgproto3.Parse{Query: "insert into relay_mixed values (3)"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	frames = r.untilZ()
+	if types(frames) != "12C12EZ" || string(frames[len(frames)-1].body) != "I" {
+		t.Fatalf("failing local statement: frames %q", types(frames))
 	}
+	var e pgproto3.ErrorResponse
+	e.Decode(frames[5].body)
+	if e.Code != "22023" {
+		t.Fatalf("failing local statement: %+v", e)
+	}
+	var got string
+	if err := direct(t).QueryRow(t.Context(), "select string_agg(a::text, ',' order by a) from relay_mixed").Scan(&got); err != nil || got != "1" {
+		t.Fatalf("relay_mixed holds %q (%v), want the first batch's row only", got, err)
+	}
+
+	// A prefix that fails is reported as Postgres reports it, and the local
+	// statement after it is skipped.
 	r.sendMsgs(&pgproto3.Parse{Query: "select 1/0"}, &pgproto3.Bind{}, &pgproto3.Execute{},
 		&pgproto3.Parse{Query: "SELECT 'intercepted'"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	frames = r.untilZ()

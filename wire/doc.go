@@ -15,6 +15,12 @@
 // synthesizes. Large bodies (DataRow, CopyData, big Bind) are streamed with
 // io.CopyN and never held whole.
 //
+// Files by concern: c2s.go is the client→server pump (dispatch of client
+// frames, the raw and routed fast paths), batch.go the extended-batch router
+// (local groups, mixed Sync batches), plan.go the reply plan shared by the
+// pumps, s2c.go the server→client pump, lend.go a local unit's execution on
+// the lent upstream, msgtype.go the protocol's message types.
+//
 // # Lifecycle of a session
 //
 //  1. S0 accept: exact reads of the first packets (no read-ahead, so nothing
@@ -87,20 +93,24 @@
 //
 // In the extended protocol, a batch up to Sync made only of intercepted
 // statements (named or unnamed, prepared in one batch and executed in
-// another) is answered locally; Call.Params holds the Bind values.
+// another) is answered locally; Call.Params holds the Bind values. In a
+// batch shared with upstream statements, each group of intercepted messages
+// runs at its place, after the upstream part before it has been answered,
+// in the same transaction (batch.go); Execute then sees TxStatus 'T' when
+// the batch runs in a block the proxy opened for it (Postgres's implicit
+// transaction of the batch), which wire commits or rolls back at the Sync.
 //
 // # Limitations
 //
-//   - An extended-protocol batch (up to Sync) that mixes intercepted and
-//     upstream statements is refused with 0A000; a batch larger than 1 MiB is
-//     streamed, and an intercepted statement later in it is refused too.
+//   - In a batch mixing intercepted and upstream statements, what follows
+//     an intercepted one runs in a transaction block where Postgres would
+//     have the batch's implicit transaction (see docs/architecture.md).
+//   - A Bind or other message of an intercepted statement larger than
+//     1 MiB fails its batch with 54000.
 //   - A Query or Parse larger than 64 MiB is passed through unclassified.
 //   - COPY is not supported inside Upstream.Forward.
 //   - SCRAM with TLS on both legs is relayed only for the gs2 flag "n"
 //     (surface §12.3: Postgres refuses "y" over TLS as a downgrade).
 //   - Local portals run to completion: Execute's row limit is passed in
 //     Call.MaxRows but PortalSuspended is never sent.
-//   - A mixed batch refused after part of it was forwarded (over 1 MiB, or
-//     after a Flush) gets its 0A000 just before its ReadyForQuery; the
-//     forwarded part has run.
 package wire

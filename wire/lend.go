@@ -44,6 +44,8 @@ func (s *session) runUnit(u *localUnit) error {
 		w.Error(u.err)
 	case u.call != nil:
 		s.execute(ctx, u.call, up, w)
+	case u.step != nil:
+		s.runStep(ctx, u, up, w)
 	default:
 		s.runExtended(ctx, u.msgs, up, w)
 	}
@@ -54,7 +56,7 @@ func (s *session) runUnit(u *localUnit) error {
 		return errClientWrite
 	}
 	if u.z || u.call != nil {
-		s.writeFrame('Z', []byte{s.info.TxStatus()})
+		s.writeFrame(msgReadyForQuery, []byte{s.info.TxStatus()})
 	}
 	// Notifications and parameter changes that arrived meanwhile follow the
 	// unit's reply, like Postgres delivers them between whole replies.
@@ -83,26 +85,27 @@ func (s *session) execute(ctx context.Context, c *Call, up *lentUpstream, w *res
 
 func isPg(err error) bool { _, ok := pgerr.As(err); return ok }
 
-// runExtended answers an extended-protocol batch of local statements.
-func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpstream, w *resultWriter) {
+// runExtended answers an extended-protocol batch of local statements; false
+// means one failed (and what followed it up to a Sync was skipped).
+func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpstream, w *resultWriter) bool {
 	failed := false
 	for _, m := range msgs {
-		if failed && m.typ != 'S' {
+		if failed && m.typ != msgSync {
 			continue
 		}
 		switch m.typ {
-		case 'P':
-			w.frame('1', nil)
-		case 'B':
-			w.frame('2', nil)
-		case 'C':
-			w.frame('3', nil)
-		case 'D':
+		case msgParse:
+			w.frame(msgParseComplete, nil)
+		case msgBind:
+			w.frame(msgBindComplete, nil)
+		case msgClose:
+			w.frame(msgCloseComplete, nil)
+		case msgDescribe:
 			st := m.stmt
-			if m.objType == 'P' {
+			if m.objType == objPortal {
 				st = m.portal.stmt
 			}
-			if m.objType == 'S' {
+			if m.objType == objStatement {
 				oids := st.paramOIDs
 				if pdr, ok := s.srv.intercep.(ParamDescriber); ok && len(oids) == 0 {
 					oids = pdr.DescribeParams(s.info, st.sql, st.route)
@@ -122,10 +125,10 @@ func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpst
 				fields = f
 			}
 			if len(fields) == 0 {
-				w.frame('n', nil)
+				w.frame(msgNoData, nil)
 				continue
 			}
-			if m.objType == 'P' {
+			if m.objType == objPortal {
 				fields = append([]pgproto3.FieldDescription(nil), fields...)
 				for i := range fields {
 					fields[i].Format = formatFor(m.portal.resultFormats, i)
@@ -134,7 +137,7 @@ func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpst
 			rd := pgproto3.RowDescription{Fields: fields}
 			out, _ := rd.Encode(s.wbuf[:0])
 			w.raw(out)
-		case 'E':
+		case msgExecute:
 			po := m.portal
 			c := &Call{SQL: po.stmt.sql, Route: po.stmt.route, Extended: true, ParamOIDs: po.stmt.paramOIDs,
 				ParamFormats: po.paramFormats, Params: po.params, ResultFormats: po.resultFormats, MaxRows: m.maxRows}
@@ -143,15 +146,16 @@ func (s *session) runExtended(ctx context.Context, msgs []localMsg, up *lentUpst
 				failed = true
 			}
 			w.extended = false
-		case 'S':
-			s.writeFrame('Z', []byte{s.info.TxStatus()})
+		case msgSync:
+			s.writeFrame(msgReadyForQuery, []byte{s.info.TxStatus()})
 			failed = false
-		case 'H':
+		case msgFlush:
 		}
 		if up.broken != nil || w.err != nil {
-			return
+			return false
 		}
 	}
+	return !failed
 }
 
 func formatFor(formats []int16, i int) int16 {
@@ -208,7 +212,7 @@ func (w *resultWriter) CommandComplete(tag string) error {
 	return w.raw(out)
 }
 
-func (w *resultWriter) EmptyQueryResponse() error { return w.frame('I', nil) }
+func (w *resultWriter) EmptyQueryResponse() error { return w.frame(msgEmptyQueryResponse, nil) }
 
 func (w *resultWriter) Notice(n *pgerr.Error) error {
 	return w.raw(encodeError(w.s.wbuf[:0], n, true, w.s.srv.log))
@@ -256,21 +260,21 @@ func (l *lentUpstream) run(ctx context.Context, sql string, args []any, rows boo
 		params[i] = p
 	}
 	b := l.buf[:0]
-	b, _ = (&pgproto3.Close{ObjectType: 'P', Name: lentPortal}).Encode(b)
-	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: lentStmt}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objPortal, Name: lentPortal}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objStatement, Name: lentStmt}).Encode(b)
 	b, _ = (&pgproto3.Parse{Name: lentStmt, Query: sql}).Encode(b)
 	b, _ = (&pgproto3.Bind{DestinationPortal: lentPortal, PreparedStatement: lentStmt, Parameters: params}).Encode(b)
-	b, _ = (&pgproto3.Describe{ObjectType: 'P', Name: lentPortal}).Encode(b)
+	b, _ = (&pgproto3.Describe{ObjectType: objPortal, Name: lentPortal}).Encode(b)
 	b, _ = (&pgproto3.Execute{Portal: lentPortal}).Encode(b)
-	b, _ = (&pgproto3.Close{ObjectType: 'P', Name: lentPortal}).Encode(b)
-	b, _ = (&pgproto3.Close{ObjectType: 'S', Name: lentStmt}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objPortal, Name: lentPortal}).Encode(b)
+	b, _ = (&pgproto3.Close{ObjectType: objStatement, Name: lentStmt}).Encode(b)
 	b, _ = (&pgproto3.Sync{}).Encode(b)
 	l.buf = b
 	res := &Result{}
 	var first *pgerr.Error
 	err := l.roundTrip(ctx, b, func(typ byte, body []byte) error {
 		switch typ {
-		case 'T':
+		case msgRowDescription:
 			if rows {
 				var rd pgproto3.RowDescription
 				if rd.Decode(body) == nil {
@@ -281,7 +285,7 @@ func (l *lentUpstream) run(ctx context.Context, sql string, args []any, rows boo
 					}
 				}
 			}
-		case 'D':
+		case msgDataRow:
 			if rows {
 				var dr pgproto3.DataRow
 				if dr.Decode(body) == nil {
@@ -294,12 +298,12 @@ func (l *lentUpstream) run(ctx context.Context, sql string, args []any, rows boo
 					res.Rows = append(res.Rows, row)
 				}
 			}
-		case 'C':
+		case msgCommandComplete:
 			var cc pgproto3.CommandComplete
 			if cc.Decode(body) == nil {
 				res.Tag = string(cc.CommandTag)
 			}
-		case 'E':
+		case msgErrorResponse:
 			var er pgproto3.ErrorResponse
 			if er.Decode(body) == nil && first == nil {
 				first = errorFromResponse(&er)
@@ -351,15 +355,16 @@ func (l *lentUpstream) roundTrip(ctx context.Context, msgs []byte, fn func(typ b
 			return err
 		}
 		switch typ {
-		case 'Z':
+		case msgReadyForQuery:
 			if len(body) == 1 {
 				s.info.setTxStatus(body[0])
 			}
+			s.batchErr = false
 			return nil
-		case 'A':
+		case msgNotification:
 			s.held = append(s.held, frameCopy(typ, body))
 			continue
-		case 'S':
+		case msgParameterStatus:
 			s.noteParameterStatus(body)
 			s.held = append(s.held, frameCopy(typ, body))
 			continue
@@ -391,12 +396,12 @@ func (l *lentUpstream) Forward(ctx context.Context, sql string, w ResultWriter) 
 	var fe *ForwardedError
 	err := l.roundTrip(ctx, b, func(typ byte, body []byte) error {
 		switch typ {
-		case 'E':
+		case msgErrorResponse:
 			var er pgproto3.ErrorResponse
 			if er.Decode(body) == nil && fe == nil {
 				fe = &ForwardedError{Err: errorFromResponse(&er)}
 			}
-		case 'G', 'W':
+		case msgCopyInResponse, msgCopyBothResponse:
 			// COPY FROM STDIN needs the client's data: refuse it.
 			cf, _ := (&pgproto3.CopyFail{Message: "COPY FROM STDIN is not supported inside a statement the proxy runs"}).Encode(nil)
 			s.uw.Write(cf)
@@ -422,24 +427,24 @@ func (l *lentUpstream) Forward(ctx context.Context, sql string, w ResultWriter) 
 
 func relayDecoded(w ResultWriter, typ byte, body []byte) error {
 	switch typ {
-	case 'T':
+	case msgRowDescription:
 		var rd pgproto3.RowDescription
 		if rd.Decode(body) == nil {
 			return w.RowDescription(rd.Fields)
 		}
-	case 'D':
+	case msgDataRow:
 		var dr pgproto3.DataRow
 		if dr.Decode(body) == nil {
 			return w.DataRow(dr.Values)
 		}
-	case 'C':
+	case msgCommandComplete:
 		var cc pgproto3.CommandComplete
 		if cc.Decode(body) == nil {
 			return w.CommandComplete(string(cc.CommandTag))
 		}
-	case 'I':
+	case msgEmptyQueryResponse:
 		return w.EmptyQueryResponse()
-	case 'N':
+	case msgNoticeResponse:
 		var nr pgproto3.NoticeResponse
 		if nr.Decode(body) == nil {
 			er := pgproto3.ErrorResponse(nr)

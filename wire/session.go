@@ -65,6 +65,9 @@ type session struct {
 	sbuf []byte   // server→client pump scratch
 	wbuf []byte   // encode scratch for synthesized frames
 	held [][]byte // async frames held while a unit borrows the upstream
+	// batchErr: an ErrorResponse was relayed since the latest ReadyForQuery,
+	// so upstream skips to Sync (server→client pump and its units only).
+	batchErr bool
 }
 
 var (
