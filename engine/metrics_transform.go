@@ -101,7 +101,7 @@ func minAt(cur, at float64) float64 {
 }
 
 // originAtSetting renders the page's oldest original write for
-// trellis.origin_at ('' when the page has none: its chained changes then
+// trellis.origin_at (” when the page has none: its chained changes then
 // count from their own staging).
 func originAtSetting(at float64) string {
 	if at <= 0 {
