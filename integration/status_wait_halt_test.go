@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/virtualtables"
 )
 
 // TestStatusCaptureWait: a transform whose capture install cannot take its
@@ -41,6 +43,14 @@ func TestStatusCaptureWait(t *testing.T) {
 	problem = qString(t, c, `SELECT problem FROM trellis.status WHERE target = 'cw_x'`)
 	if !strings.HasPrefix(problem, "waiting for ShareRowExclusiveLock on public.cw_src held by 1 session since ") {
 		t.Fatalf("problem: %q", problem)
+	}
+	report, err := virtualtables.StatusReport(ctx, h.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := "    capture install on public.cw_src waiting for ShareRowExclusiveLock since "; !strings.Contains(report, line) ||
+		!strings.Contains(report, fmt.Sprintf(`: blockers="pid %d (client backend) holds RowExclusiveLock for `, pid)) {
+		t.Fatalf("the status report does not show the wait:\n%s", report)
 	}
 	mustExec(t, holder, `COMMIT`)
 	h.waitStatus(t, "cw_x", "live")
