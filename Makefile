@@ -52,11 +52,12 @@ bench-passthrough: prereqs build
 	@./scripts/ensure-postgres.sh pgbouncer
 	$(GO) run ./cmd/trellis-bench passthrough
 
-# B2, B6, B7, B8, B9, B10 against the in-process engine, and the DDL latency
+# B2, B6, B7, B8, B9, B10 and the self-check under writes against the
+# in-process engine, and the DDL latency
 # through the proxy (docs/benchmarks-engine.md); BENCHFLAGS=-quick for a
 # smoke run of a few minutes.
 bench-engine: prereqs build
-	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency
+	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency self-check
 
 # Real client suites (pgx's and lib/pq's own tests, node-postgres and
 # postgres.js, pgJDBC, psycopg 3) directly and through the proxy; not part of

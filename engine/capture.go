@@ -124,7 +124,7 @@ func (e *Engine) captureDDL(p *capturePlan) []string {
 LANGUAGE plpgsql SECURITY DEFINER ` + p.setClauses(event) + `
 AS ` + tag + `
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
 ` + e.captureGuard(p, event) + `
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
@@ -134,6 +134,8 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
@@ -146,22 +148,22 @@ BEGIN
 	// One log row per statement: its changed keys in one array (an empty
 	// statement writes nothing, array_agg of no rows being NULL).
 	one := func(event, rel string) string {
-		return head(event) + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop)\n  SELECT " + tl + ", a.k, '" + event +
-			"', v_origin, v_hop FROM (SELECT array_agg(" + key + ") AS k FROM " + rel + " x) a WHERE a.k IS NOT NULL;\n" + tail
+		return head(event) + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop, origin_at)\n  SELECT " + tl + ", a.k, '" + event +
+			"', v_origin, v_hop, v_at FROM (SELECT array_agg(" + key + ") AS k FROM " + rel + " x) a WHERE a.k IS NOT NULL;\n" + tail
 	}
 	fn := map[string]string{
 		"insert": one("insert", "trellis_new"),
 		"delete": one("delete", "trellis_old"),
-		"update": head("update") + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop)\n  SELECT " + tl +
-			`, a.k, 'update', v_origin, v_hop
+		"update": head("update") + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop, origin_at)\n  SELECT " + tl +
+			`, a.k, 'update', v_origin, v_hop, v_at
   FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
         FROM      (SELECT ` + key + ` AS k, x AS r FROM trellis_new x) n
         FULL JOIN (SELECT ` + key + ` AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
         WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r) a   -- no-op filter: binary row images
   WHERE a.k IS NOT NULL;
 ` + tail,
-		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop)\n  VALUES (" + tl +
-			", NULL, 'truncate', v_origin, v_hop);\n" + e.truncateRecord(p) + tail,
+		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop, origin_at)\n  VALUES (" + tl +
+			", NULL, 'truncate', v_origin, v_hop, v_at);\n" + e.truncateRecord(p) + tail,
 	}
 	var out []string
 	for _, ev := range captureEvents {
@@ -259,7 +261,34 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 	if err := e.recordInstall(ctx, tx, p.table); err != nil {
 		return false, err
 	}
+	// The wait, if one was shown, ends with the install's commit.
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE table_name = $1`, e.tbl("_capture_waits")), p.table); err != nil {
+		return false, err
+	}
 	return true, tx.Commit(ctx)
+}
+
+// recordCaptureWait shows an install of capture on table that could not
+// take its lock within InstallLockTimeout (status.capture_wait, surface
+// §5.3): since when it waits, and the sessions holding a lock on the table
+// that conflicts with SHARE ROW EXCLUSIVE. Nothing cancels them; the next
+// install that commits clears it. A table that does not exist is no wait.
+func (e *Engine) recordCaptureWait(ctx context.Context, q Querier, table string) error {
+	_, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS w (table_name, operation, lock_mode, blockers)
+		SELECT $1, CASE WHEN EXISTS (SELECT 1 FROM %[2]s WHERE table_name = $1) THEN 'reinstall' ELSE 'install' END,
+		  'ShareRowExclusiveLock',
+		  ARRAY(SELECT format('pid %%s (%%s) holds %%s for %%s, query started %%s', l.pid, coalesce(a.backend_type, '?'), l.mode,
+		                      coalesce(date_trunc('second', now() - coalesce(a.xact_start, a.backend_start))::text, '?'),
+		                      coalesce(to_char(a.query_start, 'YYYY-MM-DD HH24:MI:SS'), '?'))
+		        FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+		        WHERE l.locktype = 'relation' AND l.relation = to_regclass($1) AND l.granted AND l.pid <> pg_backend_pid()
+		          AND l.mode IN ('RowExclusiveLock', 'ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock',
+		                         'ExclusiveLock', 'AccessExclusiveLock')
+		        ORDER BY l.pid, l.mode)
+		WHERE to_regclass($1) IS NOT NULL
+		ON CONFLICT (table_name) DO UPDATE SET operation = excluded.operation, observed_at = now(), blockers = excluded.blockers`,
+		e.tbl("_capture_waits"), e.tbl("_captured_tables")), table)
+	return err
 }
 
 // uninstallCapture removes capture from a table no definition reads.
@@ -303,8 +332,10 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE table_name = $1", e.tbl("_captured_tables")), table); err != nil {
-		return err
+	for _, t := range []string{"_captured_tables", "_capture_waits"} {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE table_name = $1", e.tbl(t)), table); err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }

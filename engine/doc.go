@@ -14,7 +14,7 @@
 //	  │ capture trigger: one AFTER ... FOR EACH STATEMENT trigger per event,
 //	  │ transition tables, one log row per statement with its changed keys
 //	  ▼
-//	_change_log (txid, src_table, keys, op, origin_lsn, hop)
+//	_change_log (txid, src_table, keys, op, origin_lsn, hop, origin_at)
 //	  │ staging seal, READ COMMITTED: take the seal lock, then in the next
 //	  │ statement store the snapshot S_k; batch k = the rows visible in S_k
 //	  │ and not in S_k-1 (visibility, not change_id order: H1)
@@ -35,5 +35,7 @@
 //	        live flip under the definition row lock
 //	chains: a target another definition reads is captured like a source;
 //	        pages set trellis.origin/trellis.hop, so its log rows carry the
-//	        page's least origin and a token waits for them (H3)
+//	        page's least origin and a token waits for them (H3), and
+//	        trellis.origin_at, the original write's time, for the chain's
+//	        end-to-end latency
 package engine

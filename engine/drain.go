@@ -238,7 +238,8 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		ak = *afterKey
 	}
 	rows, err := tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
-		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8 `+
+		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
+		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8, extract(epoch FROM clock_timestamp())::float8 `+
 		windowOf(true)+
 		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
 		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
@@ -250,13 +251,14 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	var keys []pageKey
 	meta := map[pageKey]keyMeta{}
 	origin, unknown, hop := tOrigin, tUnknown, tHop
+	var originAt float64 // the page's oldest original write (0: none), passed down a chain
 	for rows.Next() {
 		var k pageKey
 		var unk bool
 		var o *string
 		var h int16
-		var age float64
-		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age); err != nil {
+		var age, at, now float64
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &now); err != nil {
 			rows.Close()
 			return err
 		}
@@ -265,10 +267,11 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		}
 		keys = append(keys, k)
 		if unk {
-			meta[k] = keyMeta{hop: h}
+			meta[k] = keyMeta{hop: h, at: at, age: now - at}
 		} else {
-			meta[k] = keyMeta{origin: o, hop: h}
+			meta[k] = keyMeta{origin: o, hop: h, at: at, age: now - at}
 		}
+		originAt = minAt(originAt, at)
 		unknown = unknown || unk
 		if o != nil && (origin == nil || lsnLess(*o, *origin)) {
 			origin = o
@@ -286,8 +289,8 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		o = *origin
 	}
 	if (len(keys) > 0 || len(truncated) > 0) && !e.plant.noOriginInheritance {
-		if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', $1, true), set_config('trellis.hop', $2, true)",
-			o, fmt.Sprint(hop+1)); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', $1, true), set_config('trellis.hop', $2, true), set_config('trellis.origin_at', $3, true)",
+			o, fmt.Sprint(hop+1), originAtSetting(originAt)); err != nil {
 			return err
 		}
 	}
@@ -392,6 +395,8 @@ type readerDef struct {
 	table   string
 	cd      *compiledDef
 	failing bool // its share of an earlier page failed (_page_failures)
+	// chainEnd: no transform reads its target (the last of its chain).
+	chainEnd bool
 }
 
 // skippedReader is an applying definition a page could not share-lock
@@ -427,7 +432,8 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		    AND NOT EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = d.id AND pf.next_attempt_at > now())
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
 		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled,
-		  EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = cand.id)
+		  EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = cand.id),
+		  NOT EXISTS (SELECT 1 FROM %[1]s t JOIN %[2]s r ON r.table_name = t.target_table WHERE t.id = cand.id)
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
 		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"),
 		e.tryFencesSQL("ARRAY(SELECT DISTINCT id FROM cand WHERE NOT heap ORDER BY id)", false), heapBuilding("d"),
@@ -442,13 +448,14 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		table   string
 		paused  []string
 		failing bool
+		last    bool
 	}
 	var rs []raw
 	var skipped []skippedReader
 	for rows.Next() {
 		var r raw
 		var got bool
-		if err := rows.Scan(&r.id, &r.table, &got, &r.version, &r.c, &r.failing); err != nil {
+		if err := rows.Scan(&r.id, &r.table, &got, &r.version, &r.c, &r.failing, &r.last); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
@@ -485,7 +492,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, readerDef{table: r.table, cd: cd, failing: r.failing})
+		out = append(out, readerDef{table: r.table, cd: cd, failing: r.failing, chainEnd: r.last})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].cd.id < out[j].cd.id })
 	return out, skipped, nil

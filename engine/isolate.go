@@ -69,6 +69,7 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_share"); err != nil {
 			return err
 		}
+		countApplied(ctx, d, ks, meta, truncate) // reported only if the page commits
 		if d.failing {
 			_, err = tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE definition_id = $1`, e.tbl("_page_failures")), d.cd.id)
 		}
@@ -90,11 +91,11 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 		return derr
 	}
 	var attempts int
-	if cerr := tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS pf (definition_id, attempts, error, sqlstate, next_attempt_at)
-		VALUES ($1, 1, $2, nullif($3, ''), now() + interval '100 ms')
+	if cerr := tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS pf (definition_id, attempts, error, sqlstate, next_attempt_at, table_name)
+		VALUES ($1, 1, $2, nullif($3, ''), now() + interval '100 ms', $4)
 		ON CONFLICT (definition_id) DO UPDATE SET attempts = pf.attempts + 1, error = excluded.error,
-		  sqlstate = excluded.sqlstate, last_at = now(), next_attempt_at = `+pageRetrySQL+`
-		RETURNING attempts`, e.tbl("_page_failures")), d.cd.id, errMessage(err), codeOf(err)).Scan(&attempts); cerr != nil {
+		  sqlstate = excluded.sqlstate, last_at = now(), next_attempt_at = `+pageRetrySQL+`, table_name = excluded.table_name
+		RETURNING attempts`, e.tbl("_page_failures")), d.cd.id, errMessage(err), codeOf(err), d.table).Scan(&attempts); cerr != nil {
 		return cerr
 	}
 	// The text may carry row values: it goes to the catalog, shown only to
@@ -145,7 +146,11 @@ func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
 		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('drain_failure', jsonb_build_object(
 		    'error', f.error, 'sqlstate', f.sqlstate, 'attempts', f.attempts, 'since', f.since, 'last_seen', f.last_at,
-		    'reason', 'its share of a page failed on every attempt', 'paused', true))
+		    'reason', 'its share of a page failed on every attempt', 'paused', true),
+		  -- The drain stopped this transform (surface §5.4 halted): D21 halts
+		  -- the failing reader alone, never every reader of the table.
+		  'halt', jsonb_build_object('source_table', f.table_name, 'columns', '[]'::jsonb, 'error', f.error,
+		    'detected_at', now()))
 		FROM f WHERE d.id = f.definition_id RETURNING d.id`, e.tbl("_page_failures"), e.tbl("_definitions")), pageFailuresToPause)
 	if err != nil {
 		return err

@@ -32,6 +32,9 @@ type checkSQL struct {
 	// only its keys; 1-1 targets with a non-null key.
 	typed bool
 	key   []keyCol
+	// nullable: the cursor's rendering allows NULL parts (aggregates);
+	// textDiff: the re-check stays on renderings (typed group pages).
+	nullable, textDiff bool
 }
 
 // pageArgs are the page statement's parameters for a cursor.
@@ -42,7 +45,7 @@ func (cs *checkSQL) pageArgs(cursor *string, limit int64) []any {
 	args := []any{cursor == nil}
 	var parts []*string
 	if cursor != nil {
-		parts, _ = decodeKey(*cursor, len(cs.key), false)
+		parts, _ = decodeKey(*cursor, len(cs.key), cs.nullable)
 	}
 	for i := range cs.key {
 		var p *string
@@ -56,7 +59,7 @@ func (cs *checkSQL) pageArgs(cursor *string, limit int64) []any {
 
 // diffArgs are the re-check statement's parameters for keys.
 func (cs *checkSQL) diffArgs(keys []string) []any {
-	if !cs.typed {
+	if !cs.typed || cs.textDiff {
 		return []any{keys}
 	}
 	args, _, _ := keyArgs(keys, cs.key, false)
@@ -151,7 +154,49 @@ ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
 	if !c.Spec.IsAggregate() && !c.KeyNullable {
 		cs.typedPages(c, cols, join)
 	}
+	if c.Spec.IsAggregate() && len(c.Spec.GroupBy) == 1 {
+		cs.typedGroupPages(c, cols, recCols, join)
+	}
 	return cs
+}
+
+// typedGroupPages renders the page of an aggregate with one GROUP BY key
+// over the key's own order: the target's first $3 groups past the cursor
+// (through its unique index, NULL last as the index keeps it), then the
+// recompute of only the groups up to the last of them, the cursor $2
+// compared typed ($1 true at the start, $2 NULL past the NULL group). A
+// page so aggregates its own groups' rows instead of every row past the
+// cursor, and renders keys per group, not per source row. The re-check
+// stays on renderings (the text diff).
+func (cs *checkSQL) typedGroupPages(c *compiled, cols, recCols []string, join string) {
+	tk, _ := c.targetIdentity()
+	cs.typed, cs.key, cs.nullable, cs.textDiff = true, tk, true, true
+	g := c.Spec.GroupBy[0]
+	typ := tk[0].Type
+	after := func(x string) string {
+		return "($1::boolean OR " + x + " > $2::" + typ + " OR (" + x + " IS NULL AND $2::" + typ + " IS NOT NULL))"
+	}
+	out := func(alias, from string) string {
+		q := "SELECT " + alias + "." + ident(g.Name) + " AS p0, " + keySQL(alias, tk, true) + " AS k"
+		for i, col := range cols {
+			q += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+		}
+		return q + " FROM " + from
+	}
+	tcol := "t." + ident(g.Name)
+	gx := "(" + g.Expr + ")"
+	// The recompute's bound: every group when the target's page is short
+	// (the end) or ends with the NULL group, else up to its last group.
+	bound := "((SELECT NOT b.full OR b.has_null FROM bnd b) OR " + gx + " <= (SELECT b.hi FROM bnd b))"
+	cs.page = "WITH tgt AS MATERIALIZED (" + out("t", "(SELECT * FROM "+c.target()+" AS t WHERE "+after(tcol)+
+		" ORDER BY "+tcol+" LIMIT $3) t") + "),\n" +
+		"bnd AS MATERIALIZED (SELECT count(*) >= $3 AS full, bool_or(p0 IS NULL) AS has_null, max(p0) AS hi FROM tgt),\n" +
+		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.source()+" AS "+ident(SourceAlias)+
+		" WHERE "+after(gx)+" AND "+bound+" GROUP BY "+gx+") r") + "),\n" +
+		"ks AS (SELECT p0, k FROM tgt UNION SELECT p0, k FROM rec),\n" +
+		"b AS (SELECT (SELECT k FROM ks ORDER BY p0 DESC NULLS FIRST LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
+		"SELECT b.hi, b.n, d.* FROM b LEFT JOIN (" + join + ") d ON true\n" +
+		`ORDER BY d.k COLLATE "C"`
 }
 
 // typedPages renders a 1-1 target's page and re-check over the key

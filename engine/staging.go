@@ -413,6 +413,10 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 			// the table lock (the readers rebuild in the same transaction).
 			ok, err = e.installCapture(ctx, conn, p)
 			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
+			if err == nil && !ok {
+				// Its lock is held: shown as status.capture_wait until it commits.
+				err = e.recordCaptureWait(ctx, conn, t)
+			}
 			if err != nil {
 				e.log.Warn("capture install failed", "table", t, "err", err)
 				if conn.IsClosed() {

@@ -46,7 +46,7 @@ func StatusReportSchema(ctx context.Context, q engine.Querier, schema string) (s
 	rows, err := q.Query(ctx, fmt.Sprintf(`
 		SELECT d.id, d.source_table, d.target_table, d.status, d.owner, d.created_at,
 		       s.build, s.build_rows_done, s.build_rows_estimated, s.build_percent::float8, s.build_started_at,
-		       s.backfill_failure, s.capture_failure, s.drain_failure, s.paused_columns
+		       s.backfill_failure, s.capture_failure, s.drain_failure, s.capture_wait, s.paused_columns
 		FROM %[1]s.definitions d JOIN %[1]s.status s ON s.definition_id = d.id ORDER BY d.id`, s))
 	if err != nil {
 		return "", err
@@ -60,6 +60,7 @@ func StatusReportSchema(ctx context.Context, q engine.Querier, schema string) (s
 		Percent                       *float64
 		Started                       *time.Time
 		Backfill, Capture, Drain      map[string]any
+		Wait                          map[string]any
 		PausedColumns                 []string
 	}
 	defs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[defRow])
@@ -103,6 +104,10 @@ func StatusReportSchema(ctx context.Context, q engine.Querier, schema string) (s
 			fmt.Fprintf(&b, "    drain failing on batch %s (%s): attempts=%s since=%s last_seen=%s sqlstate=%s error=%s\n",
 				orDash(str(f["batch_seq"])), strings.Join(strs(f["tables"]), ", "), orDash(str(f["attempts"])),
 				jsonStamp(f["since"]), jsonStamp(f["last_seen"]), orDash(str(f["sqlstate"])), strconv.Quote(str(f["error"])))
+		}
+		if f := d.Wait; f != nil {
+			fmt.Fprintf(&b, "    capture %s on %s waiting for %s since %s: blockers=%s\n", orDash(str(f["operation"])),
+				orDash(str(f["table_name"])), orDash(str(f["lock_mode"])), jsonStamp(f["waiting_since"]), strconv.Quote(strings.Join(strs(f["blockers"]), "; ")))
 		}
 		if len(d.PausedColumns) > 0 {
 			fmt.Fprintf(&b, "    paused columns: %s\n", strings.Join(d.PausedColumns, ", "))

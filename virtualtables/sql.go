@@ -183,6 +183,16 @@ df_tables AS (  -- tables with changes in that batch (read only while a page fai
   WHERE pg_visible_in_snapshot(c.txid, df.snap)
     AND NOT pg_visible_in_snapshot(c.txid, (SELECT b.snap FROM {{S}}._batches b
       WHERE b.state = 'drained' AND b.seq < df.batch_seq ORDER BY b.seq DESC LIMIT 1))),
+cw AS (    -- capture installs kept waiting for their table lock (engine capture.go)
+  SELECT DISTINCT ON (r.definition_id) r.definition_id AS id, jsonb_build_object(
+    'table_name', w.table_name, 'operation', w.operation, 'lock_mode', w.lock_mode,
+    'waiting_since', {{S}}._jsontime(w.waiting_since), 'observed_at', {{S}}._jsontime(w.observed_at),
+    'blockers', to_jsonb(w.blockers),
+    'summary', format('waiting for %s on %s held by %s since %s', w.lock_mode, w.table_name,
+      CASE cardinality(w.blockers) WHEN 0 THEN 'another session' WHEN 1 THEN '1 session'
+        ELSE cardinality(w.blockers) || ' sessions' END, to_char(w.waiting_since, 'HH24:MI:SS'))) AS wait
+  FROM {{S}}._capture_waits w JOIN {{S}}._definition_reads r ON r.table_name = w.table_name
+  ORDER BY r.definition_id, w.waiting_since, w.table_name),
 pk AS (
   SELECT p.definition_id AS id, count(*)::int8 AS held_count, min(p.poisoned_at) AS oldest
   FROM {{S}}._poison p GROUP BY p.definition_id),
@@ -206,7 +216,7 @@ x AS (
     coalesce(d.status_detail -> 'capture_failure',
       CASE WHEN d.status_detail ? 'halt' THEN jsonb_build_object('kind', 'halt') || (d.status_detail -> 'halt') END)
       AS capture_failure,
-    d.status_detail -> 'capture_wait' AS capture_wait,
+    cw.wait AS capture_wait,
     CASE WHEN d.stored NOT IN ('paused', 'quarantined') AND pf.definition_id IS NOT NULL
       -- This transform's own share of a page failed: it alone is held (D21).
       THEN jsonb_build_object('error', pf.error, 'sqlstate', pf.sqlstate, 'since', {{S}}._jsontime(pf.since),
@@ -229,6 +239,7 @@ x AS (
   LEFT JOIN bt ON bt.build_id = d.build_id AND d.stored = 'backfilling'
   LEFT JOIN bf ON bf.build_id = d.build_id
   LEFT JOIN pk ON pk.id = d.id
+  LEFT JOIN cw ON cw.id = d.id
   LEFT JOIN pcol ON pcol.id = d.id
   LEFT JOIN df ON true
   LEFT JOIN {{S}}._page_failures pf ON pf.definition_id = d.id

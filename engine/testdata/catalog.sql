@@ -249,6 +249,14 @@ BEGIN
     EXECUTE format('CREATE VIEW %I.%I AS SELECT', 'trellis_fence', 'd' || r.id);
   END LOOP;
 END $m$;
+-- migration 20
+ALTER TABLE "trellis"._change_log ADD COLUMN origin_at timestamptz;
+CREATE TABLE "trellis"._capture_waits (
+  table_name text PRIMARY KEY,
+  operation text NOT NULL CHECK (operation IN ('install','reinstall','uninstall')),
+  lock_mode text NOT NULL, waiting_since timestamptz NOT NULL DEFAULT now(),
+  observed_at timestamptz NOT NULL DEFAULT now(), blockers text[] NOT NULL DEFAULT '{}');
+ALTER TABLE "trellis"._page_failures ADD COLUMN table_name text;
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$

@@ -141,6 +141,7 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 	b.Queue(fmt.Sprintf(`SELECT s.target, s.target_table, s.status, coalesce(s.problem, ''), s.build_rows_done::float8, s.build_rows_estimated::float8,
 		coalesce((s.held_keys ->> 'held_count')::int8, 0), s.drain_failure IS NOT NULL, s.capture_failure IS NOT NULL, s.definition_id,
 		CASE WHEN s.status = 'quarantined' THEN 'quarantine' WHEN s.status <> 'paused' THEN ''
+		     WHEN s.capture_failure ->> 'kind' = 'halt' THEN 'halt'
 		     WHEN s.capture_failure IS NOT NULL THEN 'capture_failure' ELSE 'operator' END,
 		(SELECT count(*) FROM %[1]s._paused_columns pc WHERE pc.definition_id = s.definition_id AND pc.local AND pc.last_error IS NOT NULL)::int8
 		FROM %[1]s.status s`, S))

@@ -11,8 +11,8 @@ import (
 // process, so they are counted as the poller sees them: a transform entering
 // paused or quarantined, a transform's count of fuse-paused columns going
 // up. A pause shorter than the poll interval is not seen (a lower bound,
-// like trellis_changes_applied_total). cause is operator, capture_failure or
-// quarantine.
+// like trellis_changes_applied_total). cause is operator, capture_failure,
+// halt (the drain paused it) or quarantine.
 var (
 	descPauses = prometheus.NewDesc("trellis_transform_pauses_total", "Transitions into paused or quarantined seen by this process's poller, by cause.", []string{"transform", "cause"}, nil)
 	descFuses  = prometheus.NewDesc("trellis_transform_column_fuses_total", "Columns the column fuse paused, seen by this process's poller.", []string{"transform"}, nil)

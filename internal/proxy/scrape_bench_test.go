@@ -19,8 +19,9 @@ import (
 )
 
 // BenchmarkScrapeHandler is the in-process part of a scrape: GET /metrics
-// through the real handler with a catalog snapshot of 100 transforms and a
-// wire server holding 1,000 client connections, nothing else running. (The
+// through the real handler with a catalog snapshot of 100 transforms, each
+// with every per-transform series of the workers, and a wire server
+// holding 1,000 client connections, nothing else running. (The
 // integration BenchmarkScrape measures the same against a live engine.)
 func BenchmarkScrapeHandler(b *testing.B) {
 	reg := prometheus.NewRegistry()
@@ -32,6 +33,15 @@ func BenchmarkScrapeHandler(b *testing.B) {
 	for i := 0; i < 100; i++ {
 		ts = append(ts, transformSnap{target: fmt.Sprintf("transform_%03d", i), status: statuses[i%len(statuses)],
 			buildDone: 10, buildEst: math.NaN(), lagRows: int64(i), lagSeconds: float64(i) / 10})
+	}
+	// Every per-transform series of this process's workers, one per
+	// transform: commit-to-visible, re-derived, applied, end-to-end and
+	// self-check.
+	em := newEngineMetrics(inst)
+	for _, t := range ts {
+		em.TransformPage(t.target, 10, 30*time.Millisecond)
+		em.TransformApplied(t.target, 12, 80*time.Millisecond)
+		em.SelfCheckPage(t.target, time.Second, 1)
 	}
 	p := &catalogPoller{}
 	p.snap.Store(&catalogSnapshot{at: time.Now(), transforms: ts, stagingLive: true, drainLive: 2})

@@ -17,6 +17,8 @@ type transformMetrics struct {
 	keys    *prometheus.CounterVec
 	scPages *prometheus.CounterVec
 	scDivs  *prometheus.CounterVec
+	applied *prometheus.CounterVec
+	e2e     *prometheus.HistogramVec
 }
 
 func newTransformMetrics(reg prometheus.Registerer) *transformMetrics {
@@ -30,8 +32,12 @@ func newTransformMetrics(reg prometheus.Registerer) *transformMetrics {
 			Help: "Self-check pages saved by this process's workers, per target."}, l),
 		scDivs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_transform_self_check_divergences_total",
 			Help: "Divergences found by self-check pages of this process, per target."}, l),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trellis_transform_changes_applied_total",
+			Help: "Changes (changed source keys, a TRUNCATE counting one) applied by committed drain pages of this process, per transform."}, l),
+		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "trellis_transform_end_to_end_latency_seconds",
+			Help: "Per drain page committed by this process into the last transform of a chain (one no transform reads): its oldest change's wait from the original writer's transaction start, through every hop, to visible.", Buckets: workBuckets}, l),
 	}
-	reg.MustRegister(m.visible, m.keys, m.scPages, m.scDivs)
+	reg.MustRegister(m.visible, m.keys, m.scPages, m.scDivs, m.applied, m.e2e)
 	return m
 }
 
@@ -47,4 +53,11 @@ func (m *engineMetrics) TransformPage(transform string, keys int, visible time.D
 func (m *engineMetrics) SelfCheckPage(transform string, _ time.Duration, divergences int) {
 	m.t.scPages.WithLabelValues(transform).Inc()
 	m.t.scDivs.WithLabelValues(transform).Add(float64(divergences))
+}
+
+func (m *engineMetrics) TransformApplied(transform string, changes int, endToEnd time.Duration) {
+	m.t.applied.WithLabelValues(transform).Add(float64(changes))
+	if endToEnd > 0 {
+		m.t.e2e.WithLabelValues(transform).Observe(endToEnd.Seconds())
+	}
 }

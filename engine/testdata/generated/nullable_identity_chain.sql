@@ -18,7 +18,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_ab27b6fb6887149e"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_ab27b6fb6887149e$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('id')
@@ -42,11 +42,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.events', a.k, 'insert', v_origin, v_hop FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.events', a.k, 'insert', v_origin, v_hop, v_at FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_ab27b6fb6887149e$;
 
@@ -64,7 +66,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_update_ab27b6fb6887149e"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_ab27b6fb6887149e$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('id')
@@ -88,11 +90,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.events', a.k, 'update', v_origin, v_hop
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.events', a.k, 'update', v_origin, v_hop, v_at
   FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
         FROM      (SELECT (x."id")::text AS k, x AS r FROM trellis_new x) n
         FULL JOIN (SELECT (x."id")::text AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
@@ -115,7 +119,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_delete_ab27b6fb6887149e"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_ab27b6fb6887149e$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('id')
@@ -139,11 +143,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.events', a.k, 'delete', v_origin, v_hop FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.events', a.k, 'delete', v_origin, v_hop, v_at FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_ab27b6fb6887149e$;
 
@@ -161,7 +167,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_truncate_ab27b6fb6887149e"() RETURNS 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_ab27b6fb6887149e$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
 
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
@@ -171,11 +177,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop)
-  VALUES ('public.events', NULL, 'truncate', v_origin, v_hop);
+  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop, origin_at)
+  VALUES ('public.events', NULL, 'truncate', v_origin, v_hop, v_at);
   BEGIN
     UPDATE "trellis"."_captured_tables" SET relfilenode = pg_relation_filenode(TG_RELID)
     WHERE table_name = 'public.events' AND relfilenode IS NOT NULL;
@@ -282,7 +290,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_1c7f45d2df7a21d5"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_1c7f45d2df7a21d5$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('kind')
@@ -306,11 +314,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.kind_sums', a.k, 'insert', v_origin, v_hop FROM (SELECT array_agg((CASE WHEN num_nulls(x."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.kind_sums', a.k, 'insert', v_origin, v_hop, v_at FROM (SELECT array_agg((CASE WHEN num_nulls(x."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_1c7f45d2df7a21d5$;
 
@@ -328,7 +338,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_update_1c7f45d2df7a21d5"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_1c7f45d2df7a21d5$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('kind')
@@ -352,11 +362,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.kind_sums', a.k, 'update', v_origin, v_hop
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.kind_sums', a.k, 'update', v_origin, v_hop, v_at
   FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
         FROM      (SELECT (CASE WHEN num_nulls(x."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) AS k, x AS r FROM trellis_new x) n
         FULL JOIN (SELECT (CASE WHEN num_nulls(x."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
@@ -379,7 +391,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_delete_1c7f45d2df7a21d5"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_1c7f45d2df7a21d5$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('kind')
@@ -403,11 +415,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.kind_sums', a.k, 'delete', v_origin, v_hop FROM (SELECT array_agg((CASE WHEN num_nulls(x."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.kind_sums', a.k, 'delete', v_origin, v_hop, v_at FROM (SELECT array_agg((CASE WHEN num_nulls(x."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_1c7f45d2df7a21d5$;
 
@@ -425,7 +439,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_truncate_1c7f45d2df7a21d5"() RETURNS 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_1c7f45d2df7a21d5$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
 
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
@@ -435,11 +449,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop)
-  VALUES ('public.kind_sums', NULL, 'truncate', v_origin, v_hop);
+  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop, origin_at)
+  VALUES ('public.kind_sums', NULL, 'truncate', v_origin, v_hop, v_at);
   BEGIN
     UPDATE "trellis"."_captured_tables" SET relfilenode = pg_relation_filenode(TG_RELID)
     WHERE table_name = 'public.kind_sums' AND relfilenode IS NOT NULL;

@@ -14,7 +14,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_b5d071e940ca610f"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_b5d071e940ca610f$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('order_id', 'line')
@@ -39,11 +39,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.lines', a.k, 'insert', v_origin, v_hop FROM (SELECT array_agg((CASE WHEN num_nulls(x."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(x."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.lines', a.k, 'insert', v_origin, v_hop, v_at FROM (SELECT array_agg((CASE WHEN num_nulls(x."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(x."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_b5d071e940ca610f$;
 
@@ -61,7 +63,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_update_b5d071e940ca610f"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_b5d071e940ca610f$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('order_id', 'line')
@@ -86,11 +88,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.lines', a.k, 'update', v_origin, v_hop
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.lines', a.k, 'update', v_origin, v_hop, v_at
   FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
         FROM      (SELECT (CASE WHEN num_nulls(x."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(x."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) AS k, x AS r FROM trellis_new x) n
         FULL JOIN (SELECT (CASE WHEN num_nulls(x."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(x."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
@@ -113,7 +117,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_delete_b5d071e940ca610f"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_b5d071e940ca610f$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('order_id', 'line')
@@ -138,11 +142,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.lines', a.k, 'delete', v_origin, v_hop FROM (SELECT array_agg((CASE WHEN num_nulls(x."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(x."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.lines', a.k, 'delete', v_origin, v_hop, v_at FROM (SELECT array_agg((CASE WHEN num_nulls(x."order_id") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."order_id"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END || chr(31) || CASE WHEN num_nulls(x."line") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', x."line"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END)) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_b5d071e940ca610f$;
 
@@ -160,7 +166,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_truncate_b5d071e940ca610f"() RETURNS 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_b5d071e940ca610f$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
 
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
@@ -170,11 +176,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop)
-  VALUES ('public.lines', NULL, 'truncate', v_origin, v_hop);
+  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop, origin_at)
+  VALUES ('public.lines', NULL, 'truncate', v_origin, v_hop, v_at);
   BEGIN
     UPDATE "trellis"."_captured_tables" SET relfilenode = pg_relation_filenode(TG_RELID)
     WHERE table_name = 'public.lines' AND relfilenode IS NOT NULL;

@@ -13,7 +13,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_insert_154c745eef260792"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_154c745eef260792$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('id')
@@ -37,11 +37,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.orders', a.k, 'insert', v_origin, v_hop FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.orders', a.k, 'insert', v_origin, v_hop, v_at FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_new x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_154c745eef260792$;
 
@@ -59,7 +61,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_update_154c745eef260792"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_154c745eef260792$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('id')
@@ -83,11 +85,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.orders', a.k, 'update', v_origin, v_hop
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.orders', a.k, 'update', v_origin, v_hop, v_at
   FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
         FROM      (SELECT (x."id")::text AS k, x AS r FROM trellis_new x) n
         FULL JOIN (SELECT (x."id")::text AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
@@ -110,7 +114,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_delete_154c745eef260792"() RETURNS tr
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_154c745eef260792$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
   -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
   PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN ('id')
@@ -134,11 +138,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop)
-  SELECT 'public.orders', a.k, 'delete', v_origin, v_hop FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
+  INSERT INTO "trellis"."_change_log" (src_table, keys, op, origin_lsn, hop, origin_at)
+  SELECT 'public.orders', a.k, 'delete', v_origin, v_hop, v_at FROM (SELECT array_agg((x."id")::text) AS k FROM trellis_old x) a WHERE a.k IS NOT NULL;
   RETURN NULL;
 END $cap_154c745eef260792$;
 
@@ -156,7 +162,7 @@ CREATE OR REPLACE FUNCTION "trellis"."_cap_truncate_154c745eef260792"() RETURNS 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $cap_154c745eef260792$
 #variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint;
+DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
 BEGIN
 
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
@@ -166,11 +172,13 @@ BEGIN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
+    -- The chain's original write (epoch seconds), for its end-to-end latency.
+    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
   ELSE
     v_origin := pg_current_wal_insert_lsn();
   END IF;
-  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop)
-  VALUES ('public.orders', NULL, 'truncate', v_origin, v_hop);
+  INSERT INTO "trellis"."_change_log" (src_table, key, op, origin_lsn, hop, origin_at)
+  VALUES ('public.orders', NULL, 'truncate', v_origin, v_hop, v_at);
   BEGIN
     UPDATE "trellis"."_captured_tables" SET relfilenode = pg_relation_filenode(TG_RELID)
     WHERE table_name = 'public.orders' AND relfilenode IS NOT NULL;
