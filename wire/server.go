@@ -46,8 +46,8 @@ type Config struct {
 	// packet arrives while this many others are still authenticating, so
 	// sockets that never finish authenticating (each holds an upstream
 	// backend for up to AuthTimeout) cannot take every slot of
-	// MaxClientConns or every backend of the server. Default: a quarter of
-	// MaxClientConns (at least 8), or 64 without a cap; negative: no cap.
+	// MaxClientConns or every backend of the server. 0: no cap (the
+	// default: a pool's burst of logins must not be refused).
 	MaxAuthenticating int
 	// MaxMessageSize caps a client frame body (default DefaultMaxMessageSize).
 	MaxMessageSize int
@@ -109,12 +109,6 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxServerMessageSize <= 0 {
 		cfg.MaxServerMessageSize = 1 << 30
-	}
-	if cfg.MaxAuthenticating == 0 {
-		cfg.MaxAuthenticating = 64
-		if cfg.MaxClientConns > 0 {
-			cfg.MaxAuthenticating = max(8, cfg.MaxClientConns/4)
-		}
 	}
 	if cfg.AuthTimeout <= 0 {
 		cfg.AuthTimeout = 60 * time.Second

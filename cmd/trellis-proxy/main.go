@@ -113,7 +113,7 @@ func newFlagSet(cfg *proxy.Config) (*flag.FlagSet, map[string]string) {
 	str(&cfg.TLSKey, "tls-key", "proxy", "client-side TLS key (PEM)")
 	str(&cfg.HTTPListen, "http-listen", "proxy", "address for /metrics, /livez, /readyz (empty: off)")
 	num(&cfg.MaxClientConns, "max-client-conns", "proxy", "refuse clients beyond this with 53300 (0: no limit)")
-	num(&cfg.MaxAuthenticating, "max-authenticating", "proxy", "refuse clients with 53300 while this many others are still authenticating (0: a quarter of --max-client-conns, at least 8; 64 without a limit)")
+	num(&cfg.MaxAuthenticating, "max-authenticating", "proxy", "refuse clients with 53300 while this many others are still authenticating (0: no limit); set it below --max-client-conns where untrusted clients can reach the port")
 	num(&cfg.MaxMessageSize, "max-message-size", "proxy", "largest client message in bytes (0: 1 GiB)")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "time client sessions get at shutdown")
 	groups["shutdown-grace"] = "proxy"

@@ -45,7 +45,7 @@ type Config struct {
 	LogLevel          string
 	LogFormat         string
 	MaxClientConns    int
-	MaxAuthenticating int // 0: wire's default (a quarter of MaxClientConns, at least 8; 64 without a cap)
+	MaxAuthenticating int // 0: no cap
 	MaxMessageSize    int
 	AuthTimeout       time.Duration
 	ShutdownGrace     time.Duration
