@@ -239,7 +239,8 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	}
 	rows, err := tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
 		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
-		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8, extract(epoch FROM clock_timestamp())::float8 `+
+		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
+		  extract(epoch FROM clock_timestamp() - min(coalesce(c.origin_at, c.staged_at)))::float8 `+
 		windowOf(true)+
 		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
 		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
@@ -257,8 +258,8 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		var unk bool
 		var o *string
 		var h int16
-		var age, at, now float64
-		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &now); err != nil {
+		var age, at, e2eAge float64
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge); err != nil {
 			rows.Close()
 			return err
 		}
@@ -267,9 +268,9 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 		}
 		keys = append(keys, k)
 		if unk {
-			meta[k] = keyMeta{hop: h, at: at, age: now - at}
+			meta[k] = keyMeta{hop: h, age: e2eAge}
 		} else {
-			meta[k] = keyMeta{origin: o, hop: h, at: at, age: now - at}
+			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge}
 		}
 		originAt = minAt(originAt, at)
 		unknown = unknown || unk

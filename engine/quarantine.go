@@ -42,10 +42,10 @@ func poisonous(err error) bool {
 type keyMeta struct {
 	origin *string
 	hop    int16
-	// at is the key's oldest original write (epoch seconds: its writer's
-	// transaction start, inherited down a chain), age how old that was when
-	// the page read it (the database's clock both).
-	at, age float64
+	// age is how old the key's oldest original write (its writer's
+	// transaction start, inherited down a chain) was when the page read it,
+	// in seconds of the database's clock.
+	age float64
 }
 
 // keyFailure is one (definition, key) that failed alone in a probe.

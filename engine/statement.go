@@ -120,15 +120,8 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 	if err != nil {
 		return nil, err
 	}
-	res, err := grammar.Resolve(st, &src.Source)
+	spec, err := e.compileSpec(ctx, q, st, src)
 	if err != nil {
-		return nil, err
-	}
-	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
 		return nil, err
 	}
 	d, err := e.Define(ctx, q, *spec)
@@ -165,6 +158,24 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 		Status: d.Status, SourceTable: d.SourceTable, Version: &version, SourceColumns: cols,
 		Warnings: []string{}, Notice: notice, CommandTag: st.CommandTag(),
 	}, nil
+}
+
+// compileSpec resolves a TRANSFORM against its source, renders its spec and
+// checks its formulas: what TRANSFORM and the workers' verification of a
+// stored statement (verify.go) both compile.
+func (e *Engine) compileSpec(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource) (*Spec, error) {
+	res, err := grammar.Resolve(st, &src.Source)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }
 
 func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.DropTransformStmt) (*Applied, error) {

@@ -22,7 +22,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
@@ -36,10 +35,10 @@ func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID u
 	}
 	st, ok := parsed.(*grammar.TransformStmt)
 	if !ok {
-		return nil, fmt.Errorf("it is not a TRANSFORM statement")
+		return nil, errors.New("it is not a TRANSFORM statement")
 	}
 	if grammar.Canonical(st) != stmt {
-		return nil, fmt.Errorf("it is not in the canonical form the engine stores")
+		return nil, errors.New("it is not in the canonical form the engine stores")
 	}
 	src := &resolvedSource{types: map[string]string{}}
 	var srcText string
@@ -51,18 +50,11 @@ func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID u
 	if _, err := e.sourceByOID(ctx, q, srcOID, src); err != nil {
 		return nil, err
 	}
-	res, err := grammar.Resolve(st, &src.Source)
-	if err != nil {
-		return nil, err
-	}
-	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	spec, err := e.compileSpec(ctx, q, st, src)
 	if err != nil {
 		return nil, err
 	}
 	if err := spec.check(e.cfg.TargetSchema); err != nil {
-		return nil, err
-	}
-	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
 		return nil, err
 	}
 	c := &compiled{Spec: *spec, SourceText: srcText}
@@ -166,12 +158,8 @@ func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw
 	}
 	c, err := e.recompile(ctx, tx, stmt, srcOID)
 	if err != nil {
-		var se *pgconn.PgError
-		if ctx.Err() != nil || conn.IsClosed() {
-			return "", err
-		}
-		if errors.As(err, &se) && (se.Code == "55P03" || se.Code[:2] == "40" || se.Code[:2] == "53" || se.Code[:2] == "57") {
-			return "", err // a lock wait or resource: try again next pass
+		if transient(err) || conn.IsClosed() {
+			return "", err // a lock wait, a cancel, the connection: next pass
 		}
 		return "its statement does not compile (" + err.Error() + ")", nil
 	}
