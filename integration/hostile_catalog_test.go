@@ -86,9 +86,10 @@ func catalogAssertNothingLeaked(t *testing.T, h *trellisHarness, target string) 
 
 // A crafted compiled form through _lifecycle_alter: her live transform's
 // field is made to read pg_authid, and a rebuild requested.
-func TestCatalogCraftedAlterNeverRuns(t *testing.T) {
-	h := startTrellis(t)
-	m, id := catalogSetup(t, h, "")
+func TestCatalogCraftedAlterNeverRuns(t *testing.T) { eachWorkers(t, catalogCraftedAlter) }
+
+func catalogCraftedAlter(t *testing.T, h *trellisHarness) {
+	m, id := catalogSetup(t, h, h.workers)
 	ctx := context.Background()
 	var stmt, compiled, reads string
 	if err := h.pool.QueryRow(ctx, `SELECT d.definition_sql, jsonb_set(d.compiled, '{spec,fields,0,expr}', to_jsonb($2::text))::text, r.columns::text
@@ -103,9 +104,10 @@ func TestCatalogCraftedAlterNeverRuns(t *testing.T) {
 
 // A crafted compiled form through _define: a new transform whose stored
 // statement is harmless and whose compiled field reads pg_authid.
-func TestCatalogCraftedDefineNeverRuns(t *testing.T) {
-	h := startTrellisWorkers(t, "cat_workers")
-	m, id := catalogSetup(t, h, "cat_workers")
+func TestCatalogCraftedDefineNeverRuns(t *testing.T) { eachWorkers(t, catalogCraftedDefine) }
+
+func catalogCraftedDefine(t *testing.T, h *trellisHarness) {
+	m, id := catalogSetup(t, h, h.workers)
 	ctx := context.Background()
 	var stmt, compiled string
 	if err := h.pool.QueryRow(ctx, `SELECT replace(d.definition_sql, 'cat_t', 'cat_evil'),
@@ -124,9 +126,10 @@ func TestCatalogCraftedDefineNeverRuns(t *testing.T) {
 
 // Statement text with a second statement after the TRANSFORM: the dump
 // must not hand it to an administrator, whose replay would run it.
-func TestCatalogCraftedStatementNeverDumped(t *testing.T) {
-	h := startTrellis(t)
-	m, id := catalogSetup(t, h, "")
+func TestCatalogCraftedStatementNeverDumped(t *testing.T) { eachWorkers(t, catalogCraftedStatement) }
+
+func catalogCraftedStatement(t *testing.T, h *trellisHarness) {
+	m, id := catalogSetup(t, h, h.workers)
 	ctx := context.Background()
 	var stmt, compiled, reads string
 	if err := h.pool.QueryRow(ctx, `SELECT d.definition_sql || '; ALTER ROLE exec_mallory SUPERUSER', d.compiled::text, r.columns::text

@@ -21,10 +21,7 @@ import (
 // connection to the harness's database.
 func execMallory(t *testing.T, h *trellisHarness) *pgx.Conn {
 	t.Helper()
-	c := h.client(t)
-	mustExec(t, c, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'exec_mallory') THEN CREATE ROLE exec_mallory LOGIN; END IF; END $$`)
-	mustExec(t, c, `ALTER ROLE exec_mallory NOSUPERUSER`)
-	mustExec(t, c, `GRANT CREATE ON SCHEMA public TO exec_mallory`)
+	h.tenant(t, "exec_mallory")
 	m := execConnectAs(t, h.db, "exec_mallory")
 	mustExec(t, m, `CREATE TABLE public.exec_trap (who text, at timestamptz DEFAULT now())`)
 	mustExec(t, m, `GRANT INSERT ON public.exec_trap TO PUBLIC`)
@@ -69,12 +66,10 @@ func execAssertNothingGained(t *testing.T, h *trellisHarness) {
 // another role's write. Run with a superuser workers' role (the embedded
 // default) and with an ordinary one (a least-privilege deployment).
 func TestExecShadowingFunctionNeverRunsAsWorkers(t *testing.T) {
-	for _, workers := range []string{"", "exec_workers"} {
-		t.Run("workers="+workers, func(t *testing.T) { execShadowingFunction(t, startTrellisWorkers(t, workers), workers) })
-	}
+	eachWorkers(t, execShadowingFunction)
 }
 
-func execShadowingFunction(t *testing.T, h *trellisHarness, workers string) {
+func execShadowingFunction(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE FUNCTION public.unnest(a text[]) RETURNS SETOF text LANGUAGE plpgsql AS $f$
@@ -91,12 +86,7 @@ END $f$`)
 	mustExec(t, m, `GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO PUBLIC`)
 	// The victim is a role of its own, whose tables the workers may
 	// capture (a member of its role, as docs/security.md asks).
-	admin := execConnectAs(t, h.db, "postgres")
-	mustExec(t, admin, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'exec_victim') THEN CREATE ROLE exec_victim LOGIN; END IF; END $$`)
-	mustExec(t, admin, `GRANT CREATE ON SCHEMA public TO exec_victim`)
-	if workers != "" {
-		mustExec(t, admin, `GRANT exec_victim TO exec_workers`)
-	}
+	h.tenant(t, "exec_victim")
 	c := connectURL(t, h.url("exec_victim", "", h.db, ""))
 	mustExec(t, c, `CREATE TABLE exec_victim_src (id bigint PRIMARY KEY, a int)`)
 	mustExec(t, c, `INSERT INTO exec_victim_src SELECT g, g FROM generate_series(1, 50) g`)
@@ -122,7 +112,10 @@ END $f$`)
 // The same with a user operator: public.= on (bigint, bigint) is an exact
 // match for key comparisons of a bigint key and must never be selected.
 func TestExecShadowingOperatorNeverRunsAsWorkers(t *testing.T) {
-	h := startTrellis(t)
+	eachWorkers(t, execShadowingOperator)
+}
+
+func execShadowingOperator(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE FUNCTION public.exec_eq(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $f$
@@ -131,7 +124,7 @@ BEGIN
   RETURN a OPERATOR(pg_catalog.=) b;
 END $f$`)
 	mustExec(t, m, `CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.exec_eq)`)
-	c := h.client(t)
+	c := h.owner(t)
 	mustExec(t, c, `CREATE TABLE exec_victim_src (id text PRIMARY KEY, a int)`)
 	mustExec(t, c, `INSERT INTO exec_victim_src SELECT g::text, g FROM generate_series(1, 50) g`)
 	mustExec(t, c, `TRANSFORM exec_victim_t FROM exec_victim_src SELECT a * 2 AS b`)
@@ -173,7 +166,10 @@ func execConnectAs(t *testing.T, db, role string) *pgx.Conn {
 // functions run wherever the workers cast or render a key. Such keys are
 // refused at define, naming the column and type.
 func TestExecUserKeyTypesRefused(t *testing.T) {
-	h := startTrellis(t)
+	eachWorkers(t, execUserKeyTypes)
+}
+
+func execUserKeyTypes(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE FUNCTION public.exec_check(v int) RETURNS boolean LANGUAGE plpgsql AS $f$
@@ -243,11 +239,13 @@ func execStatus(t *testing.T, h *trellisHarness, target string) (status, failure
 // and one that gains them after define, or whose owner loses SELECT,
 // pauses its transforms before another row flows.
 func TestExecRowSecurityAndRevocation(t *testing.T) {
-	h := startTrellis(t)
+	eachWorkers(t, execRowSecurityAndRevocation)
+}
+
+func execRowSecurityAndRevocation(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
-	m := execMallory(t, h)
-	_ = m
-	c := h.client(t)
+	execMallory(t, h)
+	c := h.owner(t)
 	mustExec(t, c, `CREATE TABLE exec_secret (id bigint PRIMARY KEY, tenant text, v int)`)
 	mustExec(t, c, `INSERT INTO exec_secret SELECT g, CASE WHEN g % 2 = 0 THEN 'exec_mallory' ELSE 'other' END, g FROM generate_series(1, 20) g`)
 	mustExec(t, c, `GRANT SELECT ON exec_secret TO exec_mallory`)

@@ -22,17 +22,11 @@ type isoTenants struct {
 	su, mal, victim *pgx.Conn
 }
 
-func isoSetup(t *testing.T) *isoTenants {
+func isoSetup(t *testing.T, h *trellisHarness) *isoTenants {
 	t.Helper()
-	h := startTrellis(t)
 	su := h.client(t)
-	for _, q := range []string{
-		`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'iso_mallory') THEN CREATE ROLE iso_mallory LOGIN; END IF;
-		           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'iso_victim') THEN CREATE ROLE iso_victim LOGIN; END IF; END $$`,
-		`GRANT CREATE ON SCHEMA public TO iso_mallory, iso_victim`,
-	} {
-		mustExec(t, su, q)
-	}
+	h.tenant(t, "iso_mallory")
+	h.tenant(t, "iso_victim")
 	v := connectURL(t, h.url("iso_victim", "", h.db, ""))
 	mustExec(t, v, `CREATE TABLE iso_vsrc (id int PRIMARY KEY, v int)`)
 	mustExec(t, v, `INSERT INTO iso_vsrc SELECT g, g FROM generate_series(1, 10) g`)
@@ -129,8 +123,10 @@ func isoCode(err error) string {
 	return ""
 }
 
-func TestIsoStallRaisingTrigger(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoStallRaisingTrigger(t *testing.T) { eachWorkers(t, isoStallRaisingTrigger) }
+
+func isoStallRaisingTrigger(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT v + 1 AS w`, "iso_mt")
 	mustExec(t, s.mal, `CREATE FUNCTION iso_boom() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'iso-secret-% of mallory', NEW.w; END $$`)
@@ -139,8 +135,10 @@ func TestIsoStallRaisingTrigger(t *testing.T) {
 	s.malHeld(t, "iso_mt")
 }
 
-func TestIsoStallAliasField(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoStallAliasField(t *testing.T) { eachWorkers(t, isoStallAliasField) }
+
+func isoStallAliasField(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT v AS t, v + 1 AS excluded`, "iso_mt")
 	s.victimConverges(t, `UPDATE iso_msrc SET v = v + 1`, "")
 	// The aliases are the engine's own: her fields are applied as any other.
@@ -152,15 +150,19 @@ func TestIsoStallAliasField(t *testing.T) {
 	}
 }
 
-func TestIsoStallHugeValue(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoStallHugeValue(t *testing.T) { eachWorkers(t, isoStallHugeValue) }
+
+func isoStallHugeValue(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT repeat('x', v::int) AS w`, "iso_mt")
 	s.victimConverges(t, `UPDATE iso_msrc SET v = 1100000000 WHERE id = 1`, "")
 	s.malHeld(t, "iso_mt")
 }
 
-func TestIsoStallLockedTarget(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoStallLockedTarget(t *testing.T) { eachWorkers(t, isoStallLockedTarget) }
+
+func isoStallLockedTarget(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT v + 1 AS w`, "iso_mt")
 	ctx := context.Background()
 	for _, q := range []string{`LOCK TABLE iso_mt IN ACCESS EXCLUSIVE MODE`, `SELECT 1 FROM iso_mt FOR UPDATE`} {
@@ -190,15 +192,19 @@ func TestIsoStallLockedTarget(t *testing.T) {
 	}
 }
 
-func TestIsoStallDroppedLedger(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoStallDroppedLedger(t *testing.T) { eachWorkers(t, isoStallDroppedLedger) }
+
+func isoStallDroppedLedger(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc GROUP BY v SELECT v AS v, COUNT(*) AS n`, "iso_mt")
 	s.refusedThenAdmin(t, `DROP TABLE "iso_mt__ledger"`)
 	s.victimConverges(t, `UPDATE iso_msrc SET v = v + 1`, "")
 }
 
-func TestIsoPoisonedKeyAwait(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoPoisonedKeyAwait(t *testing.T) { eachWorkers(t, isoPoisonedKeyAwait) }
+
+func isoPoisonedKeyAwait(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT 100 / v AS q`, "iso_mt")
 	ctx := context.Background()
 	mustExec(t, s.mal, `UPDATE iso_msrc SET v = 0 WHERE id = 1`)
@@ -235,8 +241,10 @@ func (s *isoTenants) stagingAlive(t *testing.T, target string) {
 	s.victimConverges(t, `SELECT 1`, "")
 }
 
-func TestIsoTempTargetRefused(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoTempTargetRefused(t *testing.T) { eachWorkers(t, isoTempTargetRefused) }
+
+func isoTempTargetRefused(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	ctx := context.Background()
 	_, err := s.mal.Exec(ctx, `TRANSFORM pg_temp.iso_tt FROM iso_msrc SELECT v AS w`)
 	if err == nil {
@@ -249,7 +257,11 @@ func TestIsoTempTargetRefused(t *testing.T) {
 }
 
 func TestIsoTargetDroppedInDefiningTransaction(t *testing.T) {
-	s := isoSetup(t)
+	eachWorkers(t, isoTargetDroppedInDefiningTransaction)
+}
+
+func isoTargetDroppedInDefiningTransaction(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	ctx := context.Background()
 	// First wall: she cannot drop a target, which the workers' role owns.
 	tx, err := s.mal.Begin(ctx)
@@ -284,8 +296,10 @@ func TestIsoTargetDroppedInDefiningTransaction(t *testing.T) {
 	s.stagingAlive(t, "iso_vt3")
 }
 
-func TestIsoStallRule(t *testing.T) {
-	s := isoSetup(t)
+func TestIsoStallRule(t *testing.T) { eachWorkers(t, isoStallRule) }
+
+func isoStallRule(t *testing.T, h *trellisHarness) {
+	s := isoSetup(t, h)
 	s.malTransform(t, `TRANSFORM iso_mt FROM iso_msrc SELECT v + 1 AS w`, "iso_mt")
 	// An INSERT rule makes every INSERT ... ON CONFLICT into her target fail.
 	s.refusedThenAdmin(t, `CREATE RULE iso_rule AS ON INSERT TO iso_mt DO ALSO NOTIFY iso_rule`)

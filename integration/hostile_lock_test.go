@@ -54,6 +54,38 @@ func lockMallory(t *testing.T, db, appName string) *pgx.Conn {
 	return connectURL(t, u.String())
 }
 
+// eachObsWorkers runs body on a fresh database once with the proxies'
+// workers connecting as the cluster's superuser and once as the ordinary
+// role of the least-privilege deployment (CREATE on the database only).
+func eachObsWorkers(t *testing.T, body func(t *testing.T, db string, workers func(*proxy.Config))) {
+	t.Run("workers=superuser", func(t *testing.T) { body(t, obsDB(t), func(*proxy.Config) {}) })
+	t.Run("workers=ordinary", func(t *testing.T) {
+		db := obsDB(t)
+		admin := connectURL(t, pgcluster.ForTest(t).URL(db))
+		execAll(t, admin,
+			`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+ordinaryWorkers+`') THEN CREATE ROLE `+ordinaryWorkers+` LOGIN; END IF; END $$`,
+			`GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+ordinaryWorkers)
+		u, err := url.Parse(pgcluster.ForTest(t).URL(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(ordinaryWorkers)
+		body(t, db, func(c *proxy.Config) { c.Upstream = u.String() })
+	})
+}
+
+// lockTenant creates the ordinary role lock_tenant, whose tables the
+// workers may capture (they are a member of it), and returns its name.
+func lockTenant(t *testing.T, db string) string {
+	t.Helper()
+	admin := connectURL(t, pgcluster.ForTest(t).URL(db))
+	execAll(t, admin,
+		`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'lock_tenant') THEN CREATE ROLE lock_tenant LOGIN; END IF; END $$`,
+		`GRANT CREATE ON SCHEMA public TO lock_tenant`,
+		`DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+ordinaryWorkers+`') THEN GRANT lock_tenant TO `+ordinaryWorkers+`; END IF; END $$`)
+	return "lock_tenant"
+}
+
 // lockNoRoleGained checks that mallory is still an ordinary role.
 func lockNoRoleGained(t *testing.T, db string) {
 	t.Helper()
@@ -67,9 +99,10 @@ func lockNoRoleGained(t *testing.T, db string) {
 
 // Mallory holds the migrate key: a second proxy still starts and migrates,
 // and trellis.migrate() through it works for the workers' role.
-func TestLockMigrateKeyHeld(t *testing.T) {
-	db := obsDB(t)
-	a := startObs(t, db, "lock-a", nil)
+func TestLockMigrateKeyHeld(t *testing.T) { eachObsWorkers(t, lockMigrateKeyHeld) }
+
+func lockMigrateKeyHeld(t *testing.T, db string, workers func(*proxy.Config)) {
+	a := startObs(t, db, "lock-a", workers)
 	waitReady(t, a)
 	m := lockMallory(t, db, "")
 	ctx := context.Background()
@@ -77,7 +110,7 @@ func TestLockMigrateKeyHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	// On the base commit this start hangs in Migrate behind her key.
-	b := startObs(t, db, "lock-b", func(c *proxy.Config) { c.Staging = "off" })
+	b := startObs(t, db, "lock-b", func(c *proxy.Config) { workers(c); c.Staging = "off" })
 	c := connectURL(t, b.url("postgres", "", db, ""))
 	var report string
 	if err := c.QueryRow(ctx, "SELECT trellis.migrate()").Scan(&report); err != nil {
@@ -92,9 +125,10 @@ func TestLockMigrateKeyHeld(t *testing.T) {
 // earlier versions used, too). /readyz and trellis.fleet must not count her
 // as the staging worker, and a standby must replace the key and become the
 // staging worker: her lock must not stop every transform's progress.
-func TestLockStagingKeyTaken(t *testing.T) {
-	db := obsDB(t)
-	a := startObs(t, db, "lock-a", nil)
+func TestLockStagingKeyTaken(t *testing.T) { eachObsWorkers(t, lockStagingKeyTaken) }
+
+func lockStagingKeyTaken(t *testing.T, db string, workers func(*proxy.Config)) {
+	a := startObs(t, db, "lock-a", workers)
 	waitReady(t, a)
 	m := lockMallory(t, db, "trellis-staging lock-a")
 	ctx := context.Background()
@@ -119,12 +153,12 @@ func TestLockStagingKeyTaken(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM trellis._staging_holder()").Scan(&holders); err != nil || holders != 0 {
 		t.Fatalf("_staging_holder() lists %d holders (%v) with only lock_mallory holding the key", holders, err)
 	}
-	b := startObs(t, db, "lock-b", nil)
+	b := startObs(t, db, "lock-b", workers)
 	eventually(t, 30*time.Second, "lock-b to become the staging worker", func() bool {
 		code, _ := httpGet(t, b, "/readyz")
 		return code == 200
 	})
-	pc := connectURL(t, b.url("postgres", "", db, ""))
+	pc := connectURL(t, b.url(lockTenant(t, db), "", db, ""))
 	mustExec(t, pc, `CREATE TABLE lock_src (id int PRIMARY KEY, v int)`)
 	mustExec(t, pc, `INSERT INTO lock_src SELECT g, g FROM generate_series(1, 10) g`)
 	mustExec(t, pc, `TRANSFORM lock_t FROM lock_src SELECT v + 1 AS w`)
@@ -239,10 +273,11 @@ func fenceKey(schema string, id int64) (int32, int32) {
 // key earlier versions used, by locking the fence relation, and through the
 // catalog function that takes it. None may hold it, and the victim's
 // transform keeps converging with no keys left deferred.
-func TestLockFenceUnforgeable(t *testing.T) {
-	h := startTrellis(t)
+func TestLockFenceUnforgeable(t *testing.T) { eachWorkers(t, lockFenceUnforgeable) }
+
+func lockFenceUnforgeable(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
-	su := h.client(t)
+	su := h.owner(t)
 	mustExec(t, su, `CREATE TABLE lock_fsrc (id int PRIMARY KEY, a int)`)
 	mustExec(t, su, `INSERT INTO lock_fsrc SELECT g, g FROM generate_series(1, 50) g`)
 	mustExec(t, su, `TRANSFORM lock_fvictim FROM lock_fsrc SELECT a * 3 AS b`)
@@ -288,14 +323,17 @@ func TestLockFenceUnforgeable(t *testing.T) {
 // not wait for her transaction: the victim's writes keep converging and a
 // new transform of the victim's goes live while hers stays open.
 func TestLockStagingNeverWaitsForTenantTransaction(t *testing.T) {
-	h := startTrellis(t)
+	eachWorkers(t, lockStagingNeverWaitsForTenantTransaction)
+}
+
+func lockStagingNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE TABLE public.lock_msrc (id int PRIMARY KEY, a int)`)
 	mustExec(t, m, `INSERT INTO public.lock_msrc SELECT g, g FROM generate_series(1, 20) g`)
 	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
 	mustExec(t, mp, `TRANSFORM lock_mt FROM public.lock_msrc SELECT a + 1 AS b`)
-	su := h.client(t)
+	su := h.owner(t)
 	mustExec(t, su, `CREATE TABLE lock_vsrc (id int PRIMARY KEY, a int)`)
 	mustExec(t, su, `INSERT INTO lock_vsrc SELECT g, g FROM generate_series(1, 20) g`)
 	mustExec(t, su, `TRANSFORM lock_vt FROM lock_vsrc SELECT a * 2 AS b`)

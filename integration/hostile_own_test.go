@@ -12,11 +12,13 @@ import (
 )
 
 func TestOwnTargetCodeRefused(t *testing.T) {
-	h := startTrellis(t)
+	eachWorkers(t, ownTargetCodeRefused)
+}
+
+func ownTargetCodeRefused(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
 	su := h.client(t)
-	mustExec(t, su, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'own_mallory') THEN CREATE ROLE own_mallory LOGIN; END IF; END $$`)
-	mustExec(t, su, `GRANT CREATE ON SCHEMA public TO own_mallory`)
+	h.tenant(t, "own_mallory")
 	m := connectURL(t, h.url("own_mallory", "", h.db, ""))
 	mustExec(t, m, `CREATE TABLE own_src (id int PRIMARY KEY, v int)`)
 	mustExec(t, m, `INSERT INTO own_src SELECT g, g FROM generate_series(1, 5) g`)
@@ -60,12 +62,15 @@ func TestOwnTargetCodeRefused(t *testing.T) {
 // The second wall: a trigger only a superuser could add to a target pauses
 // the transform with a capture_failure naming the table.
 func TestOwnTamperPauses(t *testing.T) {
-	h := startTrellis(t)
+	eachWorkers(t, ownTamperPauses)
+}
+
+func ownTamperPauses(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
-	su := h.client(t)
-	mustExec(t, su, `CREATE TABLE own_s2 (id int PRIMARY KEY, v int)`)
-	mustExec(t, su, `INSERT INTO own_s2 VALUES (1, 1)`)
-	mustExec(t, su, `TRANSFORM own_t2 FROM own_s2 SELECT v AS w`)
+	su, app := h.client(t), h.owner(t)
+	mustExec(t, app, `CREATE TABLE own_s2 (id int PRIMARY KEY, v int)`)
+	mustExec(t, app, `INSERT INTO own_s2 VALUES (1, 1)`)
+	mustExec(t, app, `TRANSFORM own_t2 FROM own_s2 SELECT v AS w`)
 	h.waitStatus(t, "own_t2", "live")
 	mustExec(t, su, `CREATE FUNCTION own_noop() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN RETURN NULL; END $f$`)
 	mustExec(t, su, `CREATE TRIGGER own_x AFTER INSERT ON own_t2 FOR EACH STATEMENT EXECUTE FUNCTION own_noop()`)

@@ -27,9 +27,10 @@ var trellisDBSeq atomic.Int64
 // a database of its own.
 type trellisHarness struct {
 	*harness
-	db     string
-	pool   *pgxpool.Pool // direct, as the workers' role
-	engine *engine.Engine
+	db      string
+	workers string        // the workers' role; "" is the cluster's superuser
+	pool    *pgxpool.Pool // direct, as the workers' role
+	engine  *engine.Engine
 }
 
 func startTrellis(t *testing.T) *trellisHarness {
@@ -101,7 +102,7 @@ func startTrellisOpts(t *testing.T, workers string, targetTriggers bool) *trelli
 		e.Close()
 		pool.Close()
 	})
-	return &trellisHarness{harness: h, db: db, pool: pool, engine: e}
+	return &trellisHarness{harness: h, db: db, workers: workers, pool: pool, engine: e}
 }
 
 func (h *trellisHarness) client(t *testing.T) *pgx.Conn {
