@@ -116,6 +116,9 @@ func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opt
 }
 
 func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.TransformStmt, opts ApplyOptions) (*Applied, error) {
+	if len(st.Joins) > 0 {
+		return nil, joinsNotYet(st.Joins[0].Pos)
+	}
 	src, err := e.resolveSource(ctx, q, st.Source)
 	if err != nil {
 		return nil, err
@@ -458,8 +461,16 @@ func aggKind(f *grammar.FuncCall) AggKind {
 }
 
 func notYetRelationships(pos grammar.Pos) error {
-	return pgerr.New(pgerr.FeatureNotSupported, "reading through a relationship is not supported by this version of trellis-proxy yet").
-		WithClass("unsupported", "NotYetSupported").WithPosition(int(pos))
+	return joinsNotYet(pos)
+}
+
+// joinsNotYet refuses a TRANSFORM with JOIN items: the grammar parses and
+// resolves them (joins spec §2), the engine does not maintain them yet
+// (issue 16).
+func joinsNotYet(pos grammar.Pos) error {
+	return pgerr.New(pgerr.FeatureNotSupported, "JOIN targets are not supported by this version of trellis-proxy yet: a transform reads one table").
+		WithClass("unsupported", "NotYetSupported").WithPosition(int(pos)).
+		WithHint("define a transform per table for now; JOIN targets are being built (docs/status.md)")
 }
 
 func dedupe(in []string) []string {

@@ -22,9 +22,8 @@ func (r AlterResult) Changed() bool {
 // runs the pure preconditions: an aggregate target is UnsupportedAlter; the
 // clause table (AlterFieldAlreadyExists, AlterFieldNotFound; "same formula"
 // means equal canonical rendering); the 1-1 aggregate placement of the new
-// formulas; and UnsupportedAlter when an ADD or ALTER remains and the merged
-// definition reads a relationship path. The engine then runs Resolve and
-// its catalog checks on the merged definition.
+// formulas. The FROM and JOIN items are kept (joins spec §5 item 9); the
+// engine then runs Resolve and its catalog checks on the merged definition.
 //
 // Fields kept from def lose their positions (they point into another text);
 // added and altered formulas keep theirs, which point into alt's text.
@@ -59,7 +58,6 @@ func applyAlter(def *TransformStmt, alt *AlterTransformStmt) (*TransformStmt, Al
 		}
 		return fmtList(names)
 	}
-	edited := false
 	for _, c := range alt.Clauses {
 		i := index(c.Field.Name)
 		fname := quoteIdentIfNeeded(c.Field.Name)
@@ -78,7 +76,6 @@ func applyAlter(def *TransformStmt, alt *AlterTransformStmt) (*TransformStmt, Al
 			}
 			m.Fields = append(m.Fields, Field{Name: c.Field.Name, NamePos: c.Field.Pos, Expr: c.Expr, Pos: c.ExprPos})
 			res.Added = append(res.Added, c.Field.Name)
-			edited = true
 		case AlterAlter:
 			if err := oneToOneAggregates(c.Expr); err != nil {
 				return nil, res, err
@@ -94,7 +91,6 @@ func applyAlter(def *TransformStmt, alt *AlterTransformStmt) (*TransformStmt, Al
 			if !slices.Contains(res.Added, c.Field.Name) && !slices.Contains(res.Altered, c.Field.Name) {
 				res.Altered = append(res.Altered, c.Field.Name)
 			}
-			edited = true
 		case AlterDrop:
 			if i < 0 {
 				continue
@@ -107,17 +103,6 @@ func applyAlter(def *TransformStmt, alt *AlterTransformStmt) (*TransformStmt, Al
 			}
 			if j := slices.Index(res.Altered, c.Field.Name); j >= 0 {
 				res.Altered = slices.Delete(res.Altered, j, j+1)
-			}
-		}
-	}
-	if edited && (len(res.Added) > 0 || len(res.Altered) > 0) {
-		for _, f := range m.Fields {
-			for _, u := range ColumnRefs(f.Expr) {
-				if p := u.Ref.Parts; len(p) == 2 && p[0] != def.Source.Name {
-					return nil, res, newErr(UnsupportedAlter, alt.Target.Pos, "ALTER TRANSFORM %s: the definition would read relationship path %s; ALTER cannot add or change fields of such a transform yet", tname, fmtDotted(p)).
-						WithDetail("transform: %s", alt.Target.Name).
-						WithHint("drop and redefine the transform")
-				}
 			}
 		}
 	}

@@ -76,18 +76,68 @@ type Field struct {
 	Pos     Pos // start of the formula
 }
 
-// TransformStmt is TRANSFORM target FROM source [GROUP BY keys] SELECT fields.
-// A trailing WHERE TRUE is accepted and dropped: it means the same as none.
+// TransformStmt is TRANSFORM target FROM source [[AS] alias] {join}
+// [GROUP BY keys] SELECT fields. A trailing WHERE TRUE is accepted and
+// dropped: it means the same as none.
 type TransformStmt struct {
 	Target  QualifiedName
 	Source  QualifiedName
 	GroupBy []ColumnName // empty for a 1-1 transform
 	Fields  []Field
 	Pos     Pos
+	// SourceAlias is the FROM item's alias; nil when written without one.
+	SourceAlias *Ident
+	// Joins are the JOIN items in statement order (joins spec §2); empty
+	// for a transform that reads one table.
+	Joins []Join
 }
 
 // IsAggregate reports whether the transform has a GROUP BY key space.
 func (t *TransformStmt) IsAggregate() bool { return len(t.GroupBy) > 0 }
+
+// ItemNames lists the name of each item of the FROM clause: the FROM item
+// first, then each join's; an item's name is its alias, else its table's
+// name (joins spec §2).
+func (t *TransformStmt) ItemNames() []string {
+	names := []string{itemName(t.Source, t.SourceAlias)}
+	for _, j := range t.Joins {
+		names = append(names, itemName(j.Table, j.Alias))
+	}
+	return names
+}
+
+func itemName(q QualifiedName, alias *Ident) string {
+	if alias != nil {
+		return alias.Name
+	}
+	return q.Name
+}
+
+// JoinKind is the kind of one join: INNER or LEFT (joins spec §2).
+type JoinKind string
+
+// Join kinds.
+const (
+	JoinInner JoinKind = "INNER"
+	JoinLeft  JoinKind = "LEFT"
+)
+
+// Join is one `[INNER | LEFT [OUTER]] JOIN table [[AS] alias] ON cond`.
+type Join struct {
+	Kind  JoinKind
+	Table QualifiedName
+	Alias *Ident // nil when written without one
+	// On are the equalities of the ON condition, joined by AND.
+	On  []JoinEquality
+	Pos Pos // position of the first keyword of the join
+}
+
+// JoinEquality is one `column_ref = column_ref` of an ON condition, each
+// side as written (1 to 3 parts).
+type JoinEquality struct {
+	Left, Right ColumnName
+	Pos         Pos // position of the left side
+}
 
 // RelationshipStmt is RELATIONSHIP name FROM from_table.from_col TO to_table.to_col.
 type RelationshipStmt struct {

@@ -16,6 +16,23 @@ func Canonical(st Statement) string {
 		b.WriteString(qualified(s.Target))
 		b.WriteString(" FROM ")
 		b.WriteString(qualified(s.Source))
+		writeAlias(&b, s.SourceAlias)
+		for _, j := range s.Joins {
+			if j.Kind == JoinLeft {
+				b.WriteString(" LEFT JOIN ")
+			} else {
+				b.WriteString(" JOIN ")
+			}
+			b.WriteString(qualified(j.Table))
+			writeAlias(&b, j.Alias)
+			b.WriteString(" ON ")
+			for i, eq := range j.On {
+				if i > 0 {
+					b.WriteString(" AND ")
+				}
+				b.WriteString(quotedParts(eq.Left.Parts) + " = " + quotedParts(eq.Right.Parts))
+			}
+		}
 		if len(s.GroupBy) > 0 {
 			b.WriteString(" GROUP BY ")
 			for i, k := range s.GroupBy {
@@ -74,6 +91,14 @@ func Canonical(st Statement) string {
 		}
 	}
 	return b.String()
+}
+
+// writeAlias renders an item's alias; a statement without one renders as
+// it always did, so canonical texts stored before joins stay unchanged.
+func writeAlias(b *strings.Builder, alias *Ident) {
+	if alias != nil {
+		b.WriteString(" AS " + quoteIdent(alias.Name))
+	}
 }
 
 func qualified(q QualifiedName) string {

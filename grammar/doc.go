@@ -8,7 +8,7 @@
 //     formulas, converted into this package's Expr tree (ast.go). Parse runs
 //     the checks of spec §9.2 stage A, which need no database.
 //   - Resolve: the pure definition rules of stage C (names, key space,
-//     relationship use, cycles) over catalog facts the engine supplies.
+//     ON conditions of joins, cycles) over catalog facts the engine supplies.
 //   - Render / Canonical: SQL text from the tree; identifiers quoted, literals
 //     escaped, never the client's text pasted.
 //

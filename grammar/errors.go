@@ -66,22 +66,18 @@ const (
 	AmbiguousColumnReference             = "AmbiguousColumnReference"
 	Cycle                                = "Cycle"
 	UnresolvedGroupByColumn              = "UnresolvedGroupByColumn"
-	UnknownGroupByRelationship           = "UnknownGroupByRelationship"
-	GroupByRelationshipMustBeToOne       = "GroupByRelationshipMustBeToOne"
 	UngroupedColumnReference             = "UngroupedColumnReference"
-	UngroupedRelationshipReference       = "UngroupedRelationshipReference"
-	RelationshipPathInAggregate          = "RelationshipPathInAggregate"
 	AggregateOfAggregateField            = "AggregateOfAggregateField"
-	UnknownRelationship                  = "UnknownRelationship"
-	UnknownRelationshipColumn            = "UnknownRelationshipColumn"
-	RelationshipToOneWrappedInAggregate  = "RelationshipToOneWrappedInAggregate"
-	RelationshipToManyRequiresAggregate  = "RelationshipToManyRequiresAggregate"
-	RelationshipNamedAfterFromTable      = "RelationshipNamedAfterFromTable"
 	AlterFieldAlreadyExists              = "AlterFieldAlreadyExists"
 	AlterFieldNotFound                   = "AlterFieldNotFound"
 	UnsupportedAlter                     = "UnsupportedAlter"
 	SetReturningFunctionNotAllowed       = "SetReturningFunctionNotAllowed"
 	UnsupportedAggregate                 = "UnsupportedAggregate"
+	UnsupportedJoinKind                  = "UnsupportedJoinKind"
+	UnsupportedJoinCondition             = "UnsupportedJoinCondition"
+	TooManyJoins                         = "TooManyJoins"
+	DuplicateTableName                   = "DuplicateTableName"
+	RelationshipsReplacedByJoin          = "RelationshipsReplacedByJoin"
 )
 
 // variantCode maps each variant to its class and SQLSTATE (grammar spec
@@ -121,22 +117,18 @@ var variantCode = map[string][2]string{
 	AmbiguousColumnReference:             {ClassValidation, pgerr.AmbiguousColumn},
 	Cycle:                                {ClassValidation, pgerr.InvalidObjectDefinition},
 	UnresolvedGroupByColumn:              {ClassValidation, pgerr.UndefinedColumn},
-	UnknownGroupByRelationship:           {ClassValidation, pgerr.UndefinedObject},
-	GroupByRelationshipMustBeToOne:       {ClassValidation, pgerr.FeatureNotSupported},
 	UngroupedColumnReference:             {ClassValidation, pgerr.GroupingError},
-	UngroupedRelationshipReference:       {ClassValidation, pgerr.GroupingError},
-	RelationshipPathInAggregate:          {ClassValidation, pgerr.FeatureNotSupported},
 	AggregateOfAggregateField:            {ClassValidation, pgerr.GroupingError},
-	UnknownRelationship:                  {ClassValidation, pgerr.UndefinedObject},
-	UnknownRelationshipColumn:            {ClassValidation, pgerr.UndefinedColumn},
-	RelationshipToOneWrappedInAggregate:  {ClassValidation, pgerr.GroupingError},
-	RelationshipToManyRequiresAggregate:  {ClassValidation, pgerr.GroupingError},
-	RelationshipNamedAfterFromTable:      {ClassValidation, pgerr.ReservedName},
 	AlterFieldAlreadyExists:              {ClassConflict, pgerr.DuplicateColumn},
 	AlterFieldNotFound:                   {ClassNotFound, pgerr.UndefinedColumn},
 	UnsupportedAlter:                     {ClassValidation, pgerr.FeatureNotSupported},
 	SetReturningFunctionNotAllowed:       {ClassValidation, pgerr.FeatureNotSupported},
 	UnsupportedAggregate:                 {ClassValidation, pgerr.FeatureNotSupported},
+	UnsupportedJoinKind:                  {ClassParse, pgerr.FeatureNotSupported},
+	UnsupportedJoinCondition:             {ClassParse, pgerr.FeatureNotSupported},
+	TooManyJoins:                         {ClassParse, pgerr.ProgramLimitExceeded},
+	DuplicateTableName:                   {ClassValidation, pgerr.DuplicateAlias},
+	RelationshipsReplacedByJoin:          {ClassParse, pgerr.FeatureNotSupported},
 }
 
 // newErr builds the error for variant at pos with a Postgres-style message.

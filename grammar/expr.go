@@ -135,7 +135,7 @@ func (c *conv) expr(n *pg_query.Node) (Expr, *pgerr.Error) {
 		}
 		if len(parts) > 3 {
 			return nil, newErr(TooManyQualifiedNameParts, c.pos(cr.Location), "too many dotted names in column reference %s", fmtDotted(parts)).
-				WithDetail("relationship paths are one hop; three parts mean schema.table.column")
+				WithDetail("three parts mean schema.table.column")
 		}
 		return &ColumnRef{Parts: parts, Pos: c.pos(cr.Location)}, nil
 	case *pg_query.Node_AConst:
@@ -518,19 +518,7 @@ func (c *conv) funcCall(f *pg_query.FuncCall) (Expr, *pgerr.Error) {
 				WithHint("aggregate the source rows directly")
 		}
 		if c.oneToOne {
-			var two *pg_query.ColumnRef
-			if len(f.Args) == 1 {
-				two = f.Args[0].GetColumnRef()
-			}
-			if f.AggStar || two == nil || len(two.Fields) != 2 {
-				construct := strings.ToUpper(agg) + "(...)"
-				if f.AggStar {
-					construct = "COUNT(*)"
-				}
-				return nil, newErr(UnsupportedKeySpace, p, "%s in a transform without GROUP BY: aggregates there may only fold one to-many relationship path, AGG(rel.column)", construct).
-					WithDetail("construct: %s", construct).
-					WithHint("add GROUP BY to aggregate source rows, or aggregate a to-many relationship path")
-			}
+			return nil, aggregateWithoutGroupBy(p, strings.ToUpper(agg), f.AggStar)
 		}
 		c.inAgg = true
 		defer func() { c.inAgg = false }()

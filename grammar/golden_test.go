@@ -82,12 +82,10 @@ func (c *catalog) source(q QualifiedName) *Source {
 
 // exampleCatalog is the schema of grammar spec §14.
 func exampleCatalog() *catalog {
-	authors := Relationship{Name: "author", ToSchema: "public", ToTable: "authors", ToColumns: []string{"id", "name"}}
-	comments := Relationship{Name: "comments", ToSchema: "public", ToTable: "comments", ToColumns: []string{"id", "post_id", "words"}, ToMany: true}
 	return &catalog{sources: map[string]*Source{
 		"orders":   {Schema: "public", Table: "orders", Columns: []string{"id", "g", "a", "b", "qty", "name"}, Key: []string{"id"}},
 		"authors":  {Schema: "public", Table: "authors", Columns: []string{"id", "name"}, Key: []string{"id"}},
-		"posts":    {Schema: "public", Table: "posts", Columns: []string{"id", "author"}, Key: []string{"id"}, Relationships: []Relationship{authors, comments}},
+		"posts":    {Schema: "public", Table: "posts", Columns: []string{"id", "author"}, Key: []string{"id"}},
 		"comments": {Schema: "public", Table: "comments", Columns: []string{"id", "post_id", "words"}, Key: []string{"id"}},
 		"t18":      {Schema: "public", Table: "t18", Columns: []string{"id", "a2"}, Key: []string{"id"}},
 	}, defs: map[string]*TransformStmt{}}
@@ -95,19 +93,40 @@ func exampleCatalog() *catalog {
 
 // overviewCatalog is the schema of grammar spec §1.
 func overviewCatalog() *catalog {
-	customer := Relationship{Name: "customer", ToSchema: "public", ToTable: "customers", ToColumns: []string{"id", "name", "tier", "discount"}}
-	items := Relationship{Name: "items", ToSchema: "public", ToTable: "order_items", ToColumns: []string{"id", "order_id", "sku", "qty", "note"}, ToMany: true}
 	return &catalog{sources: map[string]*Source{
 		"orders": {Schema: "public", Table: "orders", Columns: []string{"id", "customer_id", "region", "status", "amount", "tax", "qty", "placed_at"},
-			Key: []string{"id"}, Relationships: []Relationship{customer, items}},
+			Key: []string{"id"}},
+		"customers":   {Schema: "public", Table: "customers", Columns: []string{"id", "name", "tier", "discount", "region_id"}, Key: []string{"id"}},
+		"regions":     {Schema: "public", Table: "regions", Columns: []string{"id", "name"}, Key: []string{"id"}},
+		"order_items": {Schema: "public", Table: "order_items", Columns: []string{"id", "order_id", "sku", "qty", "note"}, Key: []string{"id"}},
 		"refunds":     {Schema: "public", Table: "refunds", Columns: []string{"id", "order_id", "amount"}, Key: []string{"id"}},
 		"refund_view": {Schema: "public", Table: "refund_view", Columns: []string{"id", "order_id", "signed_amount"}, Key: []string{"id"}},
 	}, defs: map[string]*TransformStmt{}}
 }
 
+// resolve is Resolve against the catalog: the FROM table and each joined
+// table looked up by name (nil when one is missing, which is the engine's
+// SourceTableNotFound).
+func (c *catalog) resolve(s *TransformStmt) (*Resolution, bool, error) {
+	src := c.source(s.Source)
+	if src == nil {
+		return nil, false, nil
+	}
+	withJoins := *src
+	withJoins.Joined = nil
+	for _, j := range s.Joins {
+		js := c.source(j.Table)
+		if js == nil {
+			return nil, false, nil
+		}
+		withJoins.Joined = append(withJoins.Joined, JoinedTable{Schema: js.Schema, Table: js.Table, Columns: js.Columns})
+	}
+	res, err := Resolve(s, &withJoins)
+	return res, true, err
+}
+
 // outcome runs the grammar's whole static pipeline on one statement: Parse,
-// then Resolve (TRANSFORM), ApplyAlter + Resolve (ALTER) or
-// CheckRelationshipName (RELATIONSHIP). Accepted transforms are stored so
+// then Resolve (TRANSFORM) or ApplyAlter + Resolve (ALTER). Accepted transforms are stored so
 // later ALTERs find them.
 func (c *catalog) outcome(text string) (Statement, *Resolution, error) {
 	st, err := Parse(text)
@@ -116,12 +135,8 @@ func (c *catalog) outcome(text string) (Statement, *Resolution, error) {
 	}
 	switch s := st.(type) {
 	case *TransformStmt:
-		src := c.source(s.Source)
-		if src == nil {
-			return st, nil, nil // SourceTableNotFound is the engine's
-		}
-		res, err := Resolve(s, src)
-		if err != nil {
+		res, found, err := c.resolve(s)
+		if !found || err != nil {
 			return st, nil, err
 		}
 		if _, exists := c.defs[s.Target.Name]; !exists {
@@ -137,14 +152,12 @@ func (c *catalog) outcome(text string) (Statement, *Resolution, error) {
 		if err != nil {
 			return st, nil, err
 		}
-		res, err := Resolve(m, c.source(m.Source))
+		res, _, err := c.resolve(m)
 		if err != nil {
 			return st, nil, err
 		}
 		c.defs[s.Target.Name] = m
 		return st, res, nil
-	case *RelationshipStmt:
-		return st, nil, CheckRelationshipName(s)
 	}
 	return st, nil, nil
 }
@@ -287,6 +300,7 @@ func summarize(st Statement, res *Resolution) any {
 		Column string `json:"column,omitempty"`
 		Field  string `json:"field,omitempty"`
 		Rel    string `json:"rel,omitempty"`
+		Item   int    `json:"item,omitempty"`
 	}
 	type field struct {
 		Name    string `json:"name"`
@@ -305,7 +319,7 @@ func summarize(st Statement, res *Resolution) any {
 			r := ref{Ref: strings.Join(u.Ref.Parts, "."), Pos: int(u.Ref.Pos), InAgg: u.Agg != nil}
 			if rf != nil {
 				x := rf.Refs[i]
-				r.Kind, r.Column, r.Field, r.Rel = string(x.Kind), x.Column, x.Field, x.Rel
+				r.Kind, r.Column, r.Field, r.Rel, r.Item = string(x.Kind), x.Column, x.Field, x.Rel, x.Item
 			}
 			f.Refs = append(f.Refs, r)
 		}
@@ -316,6 +330,29 @@ func summarize(st Statement, res *Resolution) any {
 	case *TransformStmt:
 		m["target"] = map[string]any{"schema": s.Target.Schema, "name": s.Target.Name, "pos": int(s.Target.Pos)}
 		m["source"] = map[string]any{"schema": s.Source.Schema, "name": s.Source.Name, "pos": int(s.Source.Pos)}
+		if s.SourceAlias != nil {
+			m["source_alias"] = s.SourceAlias.Name
+		}
+		var joins []any
+		for i, j := range s.Joins {
+			x := map[string]any{"kind": string(j.Kind), "table": qualified(j.Table), "pos": int(j.Pos)}
+			if j.Alias != nil {
+				x["alias"] = j.Alias.Name
+			}
+			var on []string
+			for _, eq := range j.On {
+				on = append(on, strings.Join(eq.Left.Parts, ".")+" = "+strings.Join(eq.Right.Parts, "."))
+			}
+			x["on"] = on
+			if res != nil {
+				r := res.Joins[i]
+				x["resolved"] = fmt.Sprintf("item %d %v = item %d %v", r.Item, r.Columns, r.Parent, r.ParentColumns)
+			}
+			joins = append(joins, x)
+		}
+		if joins != nil {
+			m["joins"] = joins
+		}
 		var keys []any
 		for _, k := range s.GroupBy {
 			keys = append(keys, map[string]any{"parts": k.Parts, "pos": int(k.Pos)})
@@ -380,6 +417,19 @@ func dump(st Statement) string {
 	switch s := st.(type) {
 	case *TransformStmt:
 		fmt.Fprintf(&b, "%s.%s|%s.%s|", s.Target.Schema, s.Target.Name, s.Source.Schema, s.Source.Name)
+		if s.SourceAlias != nil {
+			fmt.Fprintf(&b, "as %q|", s.SourceAlias.Name)
+		}
+		for _, j := range s.Joins {
+			fmt.Fprintf(&b, "%s %s.%s", j.Kind, j.Table.Schema, j.Table.Name)
+			if j.Alias != nil {
+				fmt.Fprintf(&b, " as %q", j.Alias.Name)
+			}
+			for _, eq := range j.On {
+				fmt.Fprintf(&b, " %q=%q", eq.Left.Parts, eq.Right.Parts)
+			}
+			b.WriteString("|")
+		}
 		for _, k := range s.GroupBy {
 			fmt.Fprintf(&b, "k%q", k.Parts)
 		}

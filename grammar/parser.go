@@ -207,7 +207,29 @@ func (p *parser) statement() (Statement, *pgerr.Error) {
 	if t := p.peek(); t.kind != tEOF {
 		return nil, p.unexpected(t, "end of statement")
 	}
+	if err := relationshipsReplaced(st); err != nil {
+		return nil, err
+	}
 	return st, nil
+}
+
+// relationshipsReplaced refuses RELATIONSHIP and DROP RELATIONSHIP, which
+// JOIN targets replace (architecture D19): the statement is still parsed
+// whole, so its syntax errors come first, and the hint writes out the
+// equivalent JOIN from the statement's own names.
+func relationshipsReplaced(st Statement) *pgerr.Error {
+	switch s := st.(type) {
+	case *RelationshipStmt:
+		from, to := quoteIdentIfNeeded(s.FromTable.Name), quoteIdentIfNeeded(s.ToTable.Name)
+		name := quoteIdentIfNeeded(s.Name.Name)
+		return newErr(RelationshipsReplacedByJoin, s.Pos, "RELATIONSHIP is replaced by JOIN: a transform reads other tables by joining them").
+			WithHint("in the TRANSFORM that reads %s, write FROM %s LEFT JOIN %s AS %s ON %s.%s = %s.%s", name, from, to, name,
+				name, quoteIdentIfNeeded(s.ToColumn.Name), from, quoteIdentIfNeeded(s.FromColumn.Name))
+	case *DropRelationshipStmt:
+		return newErr(RelationshipsReplacedByJoin, s.Pos, "DROP RELATIONSHIP: relationships are replaced by JOIN, so there is none to drop").
+			WithHint("a transform's joins go with it: ALTER or DROP the TRANSFORM that joins the table")
+	}
+	return nil
 }
 
 // tableRef reads [schema.]table.
@@ -230,8 +252,14 @@ func (p *parser) tableRef(what string) (QualifiedName, *pgerr.Error) {
 // (grammar spec §2.3).
 const maxTargetBytes = 55
 
-var joinWords = map[string]bool{"join": true, "natural": true, "cross": true, "left": true, "right": true,
-	"inner": true, "full": true, "outer": true, "lateral": true, "on": true, "using": true}
+// maxJoins bounds the JOIN items of one transform (joins spec §4).
+const maxJoins = 16
+
+// notAlias are words that end a FROM item instead of naming it: the
+// clauses that may follow, and the join words.
+var notAlias = map[string]bool{"group": true, "select": true, "where": true, "without": true,
+	"join": true, "inner": true, "left": true, "right": true, "full": true, "cross": true,
+	"natural": true, "outer": true, "lateral": true, "on": true, "using": true}
 
 func (p *parser) transform(kw token) (Statement, *pgerr.Error) {
 	st := &TransformStmt{Pos: p.at(kw)}
@@ -249,12 +277,16 @@ func (p *parser) transform(kw token) (Statement, *pgerr.Error) {
 	if st.Source, err = p.tableRef("source table"); err != nil {
 		return nil, err
 	}
-	t := p.peek()
-	if t.kind == tComma || t.kind == tIdent && joinWords[t.val] {
-		return nil, newErr(UnsupportedKeySpace, p.at(t), "JOIN is not supported in TRANSFORM: a transform reads exactly one source table").
-			WithDetail("construct: JOIN").
-			WithHint("declare a RELATIONSHIP and read through it")
+	if st.SourceAlias, err = p.alias(); err != nil {
+		return nil, err
 	}
+	if st.Joins, err = p.joins(); err != nil {
+		return nil, err
+	}
+	if err := checkItemNames(st); err != nil {
+		return nil, err
+	}
+	t := p.peek()
 	if isWord(t, "group") {
 		p.advance()
 		if _, err := p.expectWord("by", "BY after GROUP"); err != nil {
@@ -307,7 +339,202 @@ func (p *parser) transform(kw token) (Statement, *pgerr.Error) {
 		return nil, newErr(TargetEqualsSource, st.Target.NamePos, "target %s has the same name as its source %s", quoteIdentIfNeeded(st.Target.Name), quoteIdentIfNeeded(st.Source.Name)).
 			WithHint("choose another target name")
 	}
+	for _, j := range st.Joins {
+		if st.Target.Name == j.Table.Name {
+			return nil, newErr(TargetEqualsSource, st.Target.NamePos, "target %s has the same name as the joined table %s", quoteIdentIfNeeded(st.Target.Name), quoteIdentIfNeeded(j.Table.Name)).
+				WithHint("choose another target name")
+		}
+	}
 	return st, nil
+}
+
+// alias reads an optional `[AS] name` after a table reference.
+func (p *parser) alias() (*Ident, *pgerr.Error) {
+	t := p.peek()
+	if isWord(t, "as") {
+		p.advance()
+		n, err := p.name("a table alias")
+		if err != nil {
+			return nil, err
+		}
+		return &n, nil
+	}
+	if t.kind == tQIdent || t.kind == tIdent && !notAlias[t.val] && kwCategory[t.val] != kwReserved && kwCategory[t.val] != kwTypeFunc {
+		n, err := p.name("a table alias")
+		if err != nil {
+			return nil, err
+		}
+		return &n, nil
+	}
+	return nil, nil
+}
+
+// joins reads the JOIN items after the FROM item (joins spec §2): INNER and
+// LEFT joins with an ON condition of equalities; every other join form is
+// refused with the accepted shape as its hint.
+func (p *parser) joins() ([]Join, *pgerr.Error) {
+	var js []Join
+	for {
+		t := p.peek()
+		j := Join{Pos: p.at(t), Kind: JoinInner}
+		switch {
+		case isWord(t, "join"):
+			p.advance()
+		case isWord(t, "inner"):
+			p.advance()
+			if _, err := p.expectWord("join", "JOIN after INNER"); err != nil {
+				return nil, err
+			}
+		case isWord(t, "left"):
+			p.advance()
+			if isWord(p.peek(), "outer") {
+				p.advance()
+			}
+			if _, err := p.expectWord("join", "JOIN after LEFT"); err != nil {
+				return nil, err
+			}
+			j.Kind = JoinLeft
+		case t.kind == tComma || t.kind == tIdent && (t.val == "right" || t.val == "full" || t.val == "cross" || t.val == "natural"):
+			construct := "a comma-separated FROM list"
+			if t.kind == tIdent {
+				construct = strings.ToUpper(t.val) + " JOIN"
+			}
+			return nil, newErr(UnsupportedJoinKind, p.at(t), "%s is not supported in TRANSFORM: joins are INNER or LEFT, each with ON", construct).
+				WithDetail("construct: %s", construct).
+				WithHint("write [LEFT] JOIN <table> ON <table>.<column> = <earlier item>.<column>")
+		default:
+			return js, nil
+		}
+		if isWord(p.peek(), "lateral") || p.peek().kind == tLParen {
+			return nil, newErr(UnsupportedJoinKind, p.at(p.peek()), "a joined item must be a table: LATERAL and subqueries are not supported in TRANSFORM").
+				WithHint("join a table, or a target that computes what the subquery would")
+		}
+		var err *pgerr.Error
+		if j.Table, err = p.tableRef("joined table"); err != nil {
+			return nil, err
+		}
+		if j.Alias, err = p.alias(); err != nil {
+			return nil, err
+		}
+		if isWord(p.peek(), "using") {
+			return nil, newErr(UnsupportedJoinCondition, p.at(p.peek()), "JOIN ... USING is not supported in TRANSFORM").
+				WithDetail("construct: USING").
+				WithHint("write the columns out: ON %s.<column> = <earlier item>.<column>", quoteIdentIfNeeded(itemName(j.Table, j.Alias)))
+		}
+		if _, err := p.expectWord("on", "ON after the joined table"); err != nil {
+			return nil, err
+		}
+		if j.On, err = p.joinCond(j.Table, j.Alias); err != nil {
+			return nil, err
+		}
+		if len(js) == maxJoins {
+			return nil, newErr(TooManyJoins, j.Pos, "a transform may join at most %d tables", maxJoins).
+				WithHint("chain transforms: join some of the tables into a target, then join that target")
+		}
+		js = append(js, j)
+	}
+}
+
+// joinCond reads `conjunct {AND conjunct}`, a conjunct being an equality or
+// a parenthesised condition.
+func (p *parser) joinCond(table QualifiedName, alias *Ident) ([]JoinEquality, *pgerr.Error) {
+	var eqs []JoinEquality
+	for {
+		if p.peek().kind == tLParen {
+			p.advance()
+			inner, err := p.joinCond(table, alias)
+			if err != nil {
+				return nil, err
+			}
+			if t := p.peek(); t.kind != tRParen {
+				return nil, p.badJoinCond(t, table, alias)
+			}
+			p.advance()
+			eqs = append(eqs, inner...)
+		} else {
+			eq, err := p.joinEquality(table, alias)
+			if err != nil {
+				return nil, err
+			}
+			eqs = append(eqs, eq)
+		}
+		t := p.peek()
+		if isWord(t, "and") {
+			p.advance()
+			continue
+		}
+		if isWord(t, "or") || t.kind == tOp || t.kind == tCast || t.kind == tNumber || t.kind == tString {
+			return nil, p.badJoinCond(t, table, alias)
+		}
+		return eqs, nil
+	}
+}
+
+// joinEquality reads `column_ref = column_ref`.
+func (p *parser) joinEquality(table QualifiedName, alias *Ident) (JoinEquality, *pgerr.Error) {
+	side := func() (ColumnName, *pgerr.Error) {
+		t := p.peek()
+		if t.kind != tIdent && t.kind != tQIdent {
+			return ColumnName{}, p.badJoinCond(t, table, alias)
+		}
+		parts, err := p.dotted("a column reference")
+		if err != nil {
+			return ColumnName{}, err
+		}
+		if n := p.peek(); n.kind == tLParen {
+			return ColumnName{}, p.badJoinCond(n, table, alias)
+		}
+		if len(parts) > 3 {
+			return ColumnName{}, newErr(TooManyQualifiedNameParts, parts[0].Pos, "too many dotted names in column reference %s", joinIdents(parts))
+		}
+		cn := ColumnName{Pos: parts[0].Pos}
+		for _, x := range parts {
+			cn.Parts = append(cn.Parts, x.Name)
+		}
+		return cn, nil
+	}
+	left, err := side()
+	if err != nil {
+		return JoinEquality{}, err
+	}
+	if t := p.peek(); t.kind != tOp || p.text[t.start:t.end] != "=" {
+		return JoinEquality{}, p.badJoinCond(t, table, alias)
+	}
+	p.advance()
+	right, err := side()
+	if err != nil {
+		return JoinEquality{}, err
+	}
+	return JoinEquality{Left: left, Right: right, Pos: left.Pos}, nil
+}
+
+// badJoinCond is UnsupportedJoinCondition at t, with the accepted shape.
+func (p *parser) badJoinCond(t token, table QualifiedName, alias *Ident) *pgerr.Error {
+	near := "end of input"
+	if t.kind != tEOF {
+		near = fmt.Sprintf("%q", p.tokText(t))
+	}
+	return newErr(UnsupportedJoinCondition, p.at(t), "unsupported join condition at or near %s: an ON condition is one or more column = column equalities joined by AND", near).
+		WithHint("write ON %s.<column> = <earlier item>.<column> [AND ...]", quoteIdentIfNeeded(itemName(table, alias)))
+}
+
+// checkItemNames refuses two items of one name (a self-join needs an alias)
+// and a JOIN of the FROM table's own name without one.
+func checkItemNames(st *TransformStmt) *pgerr.Error {
+	seen := map[string]bool{}
+	for i, n := range st.ItemNames() {
+		if seen[n] {
+			pos := st.Source.Pos
+			table := st.Source
+			if i > 0 {
+				pos, table = st.Joins[i-1].Table.Pos, st.Joins[i-1].Table
+			}
+			return newErr(DuplicateTableName, pos, "table name %s specified more than once", quoteIdentIfNeeded(n)).
+				WithHint("give the second %s an alias: JOIN %s AS %s ON ...", quoteIdentIfNeeded(table.Name), joinIdents([]Ident{{Name: table.Name}}), quoteIdentIfNeeded(n+"2"))
+		}
+		seen[n] = true
+	}
+	return nil
 }
 
 func (p *parser) relationship(kw token) (Statement, *pgerr.Error) {

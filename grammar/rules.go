@@ -8,24 +8,23 @@ import (
 )
 
 // Source is what the engine read from the catalog (grammar spec §9.2 stage
-// B) and hands to Resolve: the resolved source table, its columns, its key,
-// and the relationships declared on it.
+// B) and hands to Resolve: the resolved FROM table, its columns and key,
+// and the table of each JOIN item.
 type Source struct {
 	Schema  string
 	Table   string
 	Columns []string // every column name, in attribute order
 	Key     []string // the key a 1-1 target inherits (primary key or qualifying unique index)
-	// Relationships declared on this source table, by name.
-	Relationships []Relationship
+	// Joined holds one entry per TransformStmt.Joins item, in statement
+	// order: the table it resolved to.
+	Joined []JoinedTable
 }
 
-// Relationship is one relationship declared on the source.
-type Relationship struct {
-	Name      string
-	ToSchema  string
-	ToTable   string
-	ToColumns []string // every column of the to-side table
-	ToMany    bool
+// JoinedTable is the resolved table of one JOIN item.
+type JoinedTable struct {
+	Schema  string
+	Table   string
+	Columns []string // every column name, in attribute order
 }
 
 // RefKind classifies a resolved column reference.
@@ -33,28 +32,41 @@ type RefKind string
 
 // Reference kinds.
 const (
-	RefSource RefKind = "source" // a column of the source table
+	RefSource RefKind = "source" // a column of the FROM table
+	RefJoined RefKind = "joined" // a column of a joined table (ResolvedRef.Item > 0)
 	RefField  RefKind = "field"  // another field of the same target
 	RefKey    RefKind = "key"    // a GROUP BY key read outside an aggregate
-	RefPath   RefKind = "path"   // a relationship path rel.column
 )
 
 // ResolvedRef is one column reference with its meaning.
 type ResolvedRef struct {
 	Ref    *ColumnRef
 	Kind   RefKind
-	Column string // source column, key column, or the path's to-side column
+	Column string // the column read (RefSource, RefJoined) or the key's column (RefKey)
 	Field  string // RefField: the field read
-	Rel    string // RefPath: the relationship
-	ToMany bool   // RefPath: the relationship is to-many
-	Agg    *FuncCall
+	// Item is the FROM item the column belongs to: 0 the FROM table, i the
+	// table of Joins[i-1] (RefSource, RefJoined, RefKey).
+	Item int
+	// Rel is the item's name when Item > 0, "" otherwise.
+	Rel string
+	Agg *FuncCall
 }
 
 // ResolvedKey is one GROUP BY key.
 type ResolvedKey struct {
 	Key    ColumnName
-	Column string // the target column name (the column, or the path's tail)
-	Rel    string // "" for a source column; the relationship for a path key
+	Column string // the target column name (the column read)
+	Item   int    // the FROM item read, as ResolvedRef.Item
+	Rel    string // "" for a column of the FROM table; the item's name otherwise
+}
+
+// ResolvedJoin is one JOIN item's ON condition, resolved: the columns of
+// the joined table equal, pairwise, columns of one earlier item.
+type ResolvedJoin struct {
+	Item          int // the joined item (1-based: Joins[Item-1])
+	Parent        int // the earlier item the condition names (0 the FROM table)
+	Columns       []string
+	ParentColumns []string
 }
 
 // ResolvedField is one field with its resolved references.
@@ -76,14 +88,20 @@ type Resolution struct {
 	// Order lists field indexes so that each field comes after every field
 	// it reads (the order in which the engine inlines them).
 	Order []int
+	// Joins are the resolved ON conditions, one per JOIN item in order.
+	Joins []ResolvedJoin
 }
 
 // Resolve runs the pure definition rules of grammar spec §9.2 stage C over
-// the catalog facts in src: relationships named by the text, GROUP BY keys,
-// field names, names inside formulas (§7.5, §7.7), key-space and
-// relationship use (§7.1, §7.2, §8.4) and field cycles. Type-dependent rules
-// (key types, collations) and everything of stage D are the engine's.
+// the catalog facts in src: the names of FROM items and the shape of each ON
+// condition (joins spec §2), GROUP BY keys, field names, names inside
+// formulas (§7.5, §7.7), key-space use (§7.1, §7.2) and field cycles.
+// Type-dependent rules (key types, collations, to-one joins) and
+// everything of stage D are the engine's.
 func Resolve(t *TransformStmt, src *Source) (*Resolution, error) {
+	if len(src.Joined) != len(t.Joins) {
+		return nil, pgerr.Newf(pgerr.InternalError, "grammar.Resolve: %d joined tables for %d JOIN items", len(src.Joined), len(t.Joins))
+	}
 	rv := &resolver{t: t, src: src}
 	if err := rv.run(); err != nil {
 		return nil, err
@@ -91,13 +109,20 @@ func Resolve(t *TransformStmt, src *Source) (*Resolution, error) {
 	return rv.res, nil
 }
 
+// item is one FROM item as the resolver sees it.
+type item struct {
+	name          string // alias, else table name
+	aliased       bool
+	schema, table string
+	cols          map[string]bool
+}
+
 type resolver struct {
 	t       *TransformStmt
 	src     *Source
 	res     *Resolution
-	cols    map[string]bool
+	items   []item // [0] the FROM table, then each join's
 	key     map[string]bool
-	rels    map[string]*Relationship
 	fields  map[string]int
 	keyCols map[string]int // GROUP BY target column name → key index
 }
@@ -106,20 +131,37 @@ func (rv *resolver) srcName() string {
 	return quoteIdentIfNeeded(rv.src.Schema) + "." + quoteIdentIfNeeded(rv.src.Table)
 }
 
+// itemsName names what a reference could have read, for messages.
+func (rv *resolver) itemsName() string {
+	if len(rv.items) == 1 {
+		return rv.srcName()
+	}
+	names := make([]string, len(rv.items))
+	for i, it := range rv.items {
+		names[i] = quoteIdentIfNeeded(it.name)
+	}
+	return "any of " + strings.Join(names, ", ")
+}
+
 func (rv *resolver) run() *pgerr.Error {
 	t, src := rv.t, rv.src
 	rv.res = &Resolution{}
-	rv.cols = map[string]bool{}
+	names := t.ItemNames()
+	root := item{name: names[0], aliased: t.SourceAlias != nil, schema: src.Schema, table: src.Table, cols: map[string]bool{}}
 	for _, c := range src.Columns {
-		rv.cols[c] = true
+		root.cols[c] = true
+	}
+	rv.items = []item{root}
+	for i, j := range src.Joined {
+		it := item{name: names[i+1], aliased: t.Joins[i].Alias != nil, schema: j.Schema, table: j.Table, cols: map[string]bool{}}
+		for _, c := range j.Columns {
+			it.cols[c] = true
+		}
+		rv.items = append(rv.items, it)
 	}
 	rv.key = map[string]bool{}
 	for _, c := range src.Key {
 		rv.key[c] = true
-	}
-	rv.rels = map[string]*Relationship{}
-	for i := range src.Relationships {
-		rv.rels[src.Relationships[i].Name] = &src.Relationships[i]
 	}
 	rv.fields = map[string]int{}
 	for i, f := range t.Fields {
@@ -138,53 +180,26 @@ func (rv *resolver) run() *pgerr.Error {
 		}
 	}
 
-	// C1: relationships named by the text exist and have the columns read.
-	for _, k := range t.GroupBy {
-		if len(k.Parts) == 2 && k.Parts[0] != src.Table {
-			r := rv.rels[k.Parts[0]]
-			if r == nil {
-				return newErr(UnknownGroupByRelationship, k.Pos, "GROUP BY %s: %s is neither the source table nor a relationship declared on %s", fmtDotted(k.Parts), quoteIdentIfNeeded(k.Parts[0]), rv.srcName()).
-					WithHint("declare it with RELATIONSHIP %s FROM %s.<column> TO <table>.<column>", quoteIdentIfNeeded(k.Parts[0]), quoteIdentIfNeeded(src.Table))
-			}
-			if !slices.Contains(r.ToColumns, k.Parts[1]) {
-				return newErr(UnknownRelationshipColumn, k.Pos, "column %s does not exist in %s.%s (read through relationship %s)", quoteIdentIfNeeded(k.Parts[1]), quoteIdentIfNeeded(r.ToSchema), quoteIdentIfNeeded(r.ToTable), quoteIdentIfNeeded(r.Name))
-			}
-		}
-	}
-	for _, f := range t.Fields {
-		for _, u := range ColumnRefs(f.Expr) {
-			p := u.Ref.Parts
-			if len(p) != 2 || p[0] == src.Table {
-				continue
-			}
-			r := rv.rels[p[0]]
-			if r == nil {
-				return newErr(UnknownRelationship, u.Ref.Pos, "field %s reads %s: %s is neither the source table %s nor a relationship declared on it", quoteIdentIfNeeded(f.Name), fmtDotted(p), quoteIdentIfNeeded(p[0]), rv.srcName()).
-					WithDetail("field: %s, relationship: %s", f.Name, p[0])
-			}
-			if !slices.Contains(r.ToColumns, p[1]) {
-				return newErr(UnknownRelationshipColumn, u.Ref.Pos, "column %s does not exist in %s.%s (read through relationship %s)", quoteIdentIfNeeded(p[1]), quoteIdentIfNeeded(r.ToSchema), quoteIdentIfNeeded(r.ToTable), quoteIdentIfNeeded(r.Name))
-			}
+	// C1: each ON condition names the joined item and one earlier item.
+	for i := range t.Joins {
+		if err := rv.resolveJoin(i); err != nil {
+			return err
 		}
 	}
 
 	// C2: GROUP BY keys.
 	rv.keyCols = map[string]int{}
 	for i, k := range t.GroupBy {
-		rk := ResolvedKey{Key: k, Column: k.Column()}
-		switch {
-		case len(k.Parts) == 3 && (k.Parts[0] != src.Schema || k.Parts[1] != src.Table):
-			return newErr(QualifiedColumnNotFromTable, k.Pos, "GROUP BY %s does not name a column of the source table %s", fmtDotted(k.Parts), rv.srcName()).
-				WithDetail("reference: %s, expected: %s", fmtDotted(k.Parts), rv.srcName())
-		case len(k.Parts) == 2 && k.Parts[0] != src.Table:
-			rk.Rel = k.Parts[0]
-			if rv.rels[rk.Rel].ToMany {
-				return newErr(GroupByRelationshipMustBeToOne, k.Pos, "GROUP BY %s: relationship %s is to-many; a key must be a to-one path", fmtDotted(k.Parts), quoteIdentIfNeeded(rk.Rel))
-			}
-		default:
-			if !rv.cols[rk.Column] {
-				return newErr(UnresolvedGroupByColumn, k.Pos, "GROUP BY column %s does not exist in %s", quoteIdentIfNeeded(rk.Column), rv.srcName())
-			}
+		it, col, err := rv.column(k, len(rv.items), "GROUP BY key")
+		if err != nil {
+			return err
+		}
+		if it < 0 {
+			return newErr(UnresolvedGroupByColumn, k.Pos, "GROUP BY column %s does not exist in %s", quoteIdentIfNeeded(col), rv.itemsName())
+		}
+		rk := ResolvedKey{Key: k, Column: col, Item: it}
+		if it > 0 {
+			rk.Rel = rv.items[it].name
 		}
 		if j, dup := rv.keyCols[rk.Column]; dup {
 			return newErr(DuplicateGroupByColumn, k.Pos, "GROUP BY keys %s and %s both name the target column %s", fmtDotted(t.GroupBy[j].Parts), fmtDotted(k.Parts), quoteIdentIfNeeded(rk.Column)).
@@ -217,7 +232,7 @@ func (rv *resolver) run() *pgerr.Error {
 				return newErr(FieldNamedAfterKeyColumn, np, "field %s has the name of a key column of %s; the target has that column already", quoteIdentIfNeeded(f.Name), rv.srcName()).
 					WithHint("name the field differently, e.g. %s", quoteIdentIfNeeded(f.Name+"_copy"))
 			}
-			if rv.cols[f.Name] && !rv.isSourceColumn(f.Expr, f.Name) {
+			if rv.items[0].cols[f.Name] && !rv.isSourceColumn(f.Expr, f.Name) {
 				return newErr(CalculatedFieldShadowsSourceColumn, np, "field %s has the name of a column of %s but a different formula", quoteIdentIfNeeded(f.Name), rv.srcName()).
 					WithHint("rename the field, or make it the plain column %s AS %s", quoteIdentIfNeeded(f.Name), quoteIdentIfNeeded(f.Name))
 			}
@@ -235,7 +250,7 @@ func (rv *resolver) run() *pgerr.Error {
 				rf.Passthrough = true
 			}
 		} else {
-			rf.Passthrough = rv.cols[f.Name] && rv.isSourceColumn(f.Expr, f.Name)
+			rf.Passthrough = rv.items[0].cols[f.Name] && rv.isSourceColumn(f.Expr, f.Name)
 		}
 		for _, u := range ColumnRefs(f.Expr) {
 			r, err := rv.resolveRef(i, u)
@@ -250,7 +265,7 @@ func (rv *resolver) run() *pgerr.Error {
 		rv.res.Fields = append(rv.res.Fields, rf)
 	}
 
-	// C5: key-space and relationship use.
+	// C5: key-space use.
 	for _, rf := range rv.res.Fields {
 		for _, r := range rf.Refs {
 			if err := rv.keySpace(rf, r); err != nil {
@@ -263,30 +278,137 @@ func (rv *resolver) run() *pgerr.Error {
 	return rv.order()
 }
 
-// isSourceColumn reports whether e is exactly the source column name (in any
-// spelling: col, table.col, schema.table.col).
+// column resolves a column reference as written (col, item.col or
+// schema.table.col) among the first n items. It returns the item's index,
+// or -1 with no error when a bare name is no item's column (the caller
+// decides: a field, or its own error).
+func (rv *resolver) column(c ColumnName, n int, what string) (int, string, *pgerr.Error) {
+	p := c.Parts
+	col := p[len(p)-1]
+	switch len(p) {
+	case 3:
+		for i, it := range rv.items[:n] {
+			if !it.aliased && it.schema == p[0] && it.table == p[1] {
+				return rv.hasColumn(i, c, what)
+			}
+		}
+		return 0, col, rv.notAnItem(c, n, what)
+	case 2:
+		for i, it := range rv.items[:n] {
+			if it.name == p[0] {
+				return rv.hasColumn(i, c, what)
+			}
+		}
+		return 0, col, rv.notAnItem(c, n, what)
+	}
+	found := -1
+	for i, it := range rv.items[:n] {
+		if !it.cols[col] {
+			continue
+		}
+		if found >= 0 {
+			return 0, col, newErr(AmbiguousColumnReference, c.Pos, "%s reads %s, which is ambiguous: both %s and %s have that column", what, quoteIdentIfNeeded(col), quoteIdentIfNeeded(rv.items[found].name), quoteIdentIfNeeded(it.name)).
+				WithHint("qualify it: %s.%s or %s.%s", quoteIdentIfNeeded(rv.items[found].name), quoteIdentIfNeeded(col), quoteIdentIfNeeded(it.name), quoteIdentIfNeeded(col))
+		}
+		found = i
+	}
+	return found, col, nil
+}
+
+func (rv *resolver) hasColumn(i int, c ColumnName, what string) (int, string, *pgerr.Error) {
+	col := c.Column()
+	it := rv.items[i]
+	if !it.cols[col] {
+		return 0, col, newErr(UnresolvedColumn, c.Pos, "%s reads %s, which is not a column of %s.%s", what, fmtDotted(c.Parts), quoteIdentIfNeeded(it.schema), quoteIdentIfNeeded(it.table)).
+			WithDetail("column: %s", col)
+	}
+	return i, col, nil
+}
+
+func (rv *resolver) notAnItem(c ColumnName, n int, what string) *pgerr.Error {
+	named := "a table of this transform's FROM clause"
+	if len(rv.items) == 1 {
+		named = "the source table " + rv.srcName()
+	}
+	e := newErr(QualifiedColumnNotFromTable, c.Pos, "%s reads %s, which does not name %s", what, fmtDotted(c.Parts), named).
+		WithDetail("reference: %s", fmtDotted(c.Parts))
+	if n < len(rv.items) {
+		e = e.WithHint("an ON condition may name only the joined table and the items before it")
+	} else if len(c.Parts) == 2 && len(rv.items) == 1 {
+		e = e.WithHint("to read another table, join it: FROM %s JOIN %s ON ...", quoteIdentIfNeeded(rv.items[0].name), quoteIdentIfNeeded(c.Parts[0]))
+	}
+	return e
+}
+
+// resolveJoin checks the ON condition of Joins[i] (joins spec §2): every
+// equality sets a column of the joined item equal to a column of one
+// earlier item, the same earlier item for every equality.
+func (rv *resolver) resolveJoin(i int) *pgerr.Error {
+	j := rv.t.Joins[i]
+	me := i + 1
+	rj := ResolvedJoin{Item: me, Parent: -1}
+	what := "JOIN " + quoteIdentIfNeeded(rv.items[me].name)
+	bad := func(pos Pos, format string, args ...any) *pgerr.Error {
+		return newErr(UnsupportedJoinCondition, pos, format, args...).
+			WithHint("write ON %s.<column> = <earlier item>.<column> [AND ...], every equality naming the same earlier item", quoteIdentIfNeeded(rv.items[me].name))
+	}
+	for _, eq := range j.On {
+		li, lc, err := rv.column(eq.Left, me+1, what)
+		if err != nil {
+			return err
+		}
+		ri, rc, err := rv.column(eq.Right, me+1, what)
+		if err != nil {
+			return err
+		}
+		for _, side := range []struct {
+			at  int
+			ref ColumnName
+		}{{li, eq.Left}, {ri, eq.Right}} {
+			if side.at < 0 {
+				return newErr(UnresolvedColumn, side.ref.Pos, "%s: column %s does not exist in %s", what, quoteIdentIfNeeded(side.ref.Column()), rv.itemsName()).
+					WithDetail("column: %s", side.ref.Column())
+			}
+		}
+		if li != me {
+			li, ri, lc, rc = ri, li, rc, lc
+		}
+		switch {
+		case li != me:
+			return bad(eq.Pos, "%s: the equality %s = %s does not name a column of %s", what, fmtDotted(eq.Left.Parts), fmtDotted(eq.Right.Parts), quoteIdentIfNeeded(rv.items[me].name))
+		case ri == me:
+			return bad(eq.Pos, "%s: the equality %s = %s compares %s with itself", what, fmtDotted(eq.Left.Parts), fmtDotted(eq.Right.Parts), quoteIdentIfNeeded(rv.items[me].name))
+		case rj.Parent >= 0 && ri != rj.Parent:
+			return bad(eq.Pos, "%s: its ON condition names both %s and %s; it may name one earlier item", what, quoteIdentIfNeeded(rv.items[rj.Parent].name), quoteIdentIfNeeded(rv.items[ri].name))
+		}
+		rj.Parent = ri
+		rj.Columns = append(rj.Columns, lc)
+		rj.ParentColumns = append(rj.ParentColumns, rc)
+	}
+	rv.res.Joins = append(rv.res.Joins, rj)
+	return nil
+}
+
+// isSourceColumn reports whether e is exactly the FROM table's column name
+// (in any spelling: col, item.col, schema.table.col).
 func (rv *resolver) isSourceColumn(e Expr, name string) bool {
 	c, ok := e.(*ColumnRef)
 	if !ok || c.Parts[len(c.Parts)-1] != name {
 		return false
 	}
-	switch len(c.Parts) {
-	case 1:
-		return true
-	case 2:
-		return c.Parts[0] == rv.src.Table
-	}
-	return c.Parts[0] == rv.src.Schema && c.Parts[1] == rv.src.Table
+	it, _, err := rv.column(ColumnName{Parts: c.Parts, Pos: c.Pos}, len(rv.items), "")
+	return err == nil && it == 0
 }
 
 // isKey reports whether e is exactly GROUP BY key ki.
 func (rv *resolver) isKey(e Expr, ki int) bool {
 	k := rv.res.Keys[ki]
-	if k.Rel != "" {
-		c, ok := e.(*ColumnRef)
-		return ok && len(c.Parts) == 2 && c.Parts[0] == k.Rel && c.Parts[1] == k.Column
+	c, ok := e.(*ColumnRef)
+	if !ok || c.Parts[len(c.Parts)-1] != k.Column {
+		return false
 	}
-	return rv.isSourceColumn(e, k.Column)
+	it, _, err := rv.column(ColumnName{Parts: c.Parts, Pos: c.Pos}, len(rv.items), "")
+	return err == nil && it == k.Item
 }
 
 func (rv *resolver) isAggField(name string) bool {
@@ -298,72 +420,78 @@ func (rv *resolver) resolveRef(fi int, u ColumnUse) (ResolvedRef, *pgerr.Error) 
 	f := rv.t.Fields[fi]
 	p := u.Ref.Parts
 	r := ResolvedRef{Ref: u.Ref, Agg: u.Agg, Column: p[len(p)-1]}
-	unresolved := func() *pgerr.Error {
-		return newErr(UnresolvedColumn, u.Ref.Pos, "field %s reads %s, which is neither a column of %s nor a field", quoteIdentIfNeeded(f.Name), quoteIdentIfNeeded(r.Column), rv.srcName()).
-			WithDetail("field: %s, column: %s", f.Name, r.Column)
-	}
-	switch len(p) {
-	case 3:
-		if p[0] != rv.src.Schema || p[1] != rv.src.Table {
-			return r, newErr(QualifiedColumnNotFromTable, u.Ref.Pos, "field %s reads %s, which does not name the source table %s", quoteIdentIfNeeded(f.Name), fmtDotted(p), rv.srcName()).
-				WithDetail("reference: %s, expected: %s", fmtDotted(p), rv.srcName())
+	what := "field " + quoteIdentIfNeeded(f.Name)
+	cn := ColumnName{Parts: p, Pos: u.Ref.Pos}
+	if len(p) > 1 {
+		it, _, err := rv.column(cn, len(rv.items), what)
+		if err != nil {
+			return r, err
 		}
-		fallthrough
-	case 2:
-		if len(p) == 2 && p[0] != rv.src.Table {
-			rel := rv.rels[p[0]]
-			r.Kind, r.Rel, r.ToMany = RefPath, p[0], rel.ToMany
-			return r, nil
-		}
-		if !rv.cols[r.Column] {
-			return r, unresolved()
-		}
-		r.Kind = RefSource
-		rv.keyRef(&r)
+		rv.itemRef(&r, it)
 		return r, nil
 	}
 	name := p[0]
 	_, isField := rv.fields[name]
-	isCol := rv.cols[name]
+	it, _, err := rv.column(cn, len(rv.items), what)
+	if err != nil {
+		return r, err
+	}
+	isCol := it >= 0
+	unresolved := func() *pgerr.Error {
+		return newErr(UnresolvedColumn, u.Ref.Pos, "field %s reads %s, which is neither a column of %s nor a field", quoteIdentIfNeeded(f.Name), quoteIdentIfNeeded(r.Column), rv.itemsName()).
+			WithDetail("field: %s, column: %s", f.Name, r.Column)
+	}
 	switch {
 	case name == f.Name: // §7.7 case 1
 		if !isCol {
 			return r, unresolved()
 		}
-		r.Kind = RefSource
 	case u.Agg != nil && isCol && rv.isAggField(name): // case 2
-		r.Kind = RefSource
 	case isCol && isField:
 		g := rv.t.Fields[rv.fields[name]]
-		if !rv.isSourceColumn(g.Expr, name) {
-			return r, newErr(AmbiguousColumnReference, u.Ref.Pos, "field %s reads %s, which is both a column of %s and the field %s", quoteIdentIfNeeded(f.Name), quoteIdentIfNeeded(name), rv.srcName(), quoteIdentIfNeeded(name)).
-				WithDetail("column: %s.%s\nfield: %s AS %s", rv.srcName(), quoteIdentIfNeeded(name), RenderExpr(g.Expr), quoteIdentIfNeeded(name)).
-				WithHint("write %s.%s or %s.%s for the column, or rename the field", quoteIdentIfNeeded(rv.src.Table), quoteIdentIfNeeded(name), rv.srcName(), quoteIdentIfNeeded(name))
+		if !rv.isSameColumn(g.Expr, it, name) {
+			itName := quoteIdentIfNeeded(rv.items[it].name)
+			return r, newErr(AmbiguousColumnReference, u.Ref.Pos, "field %s reads %s, which is both a column of %s and the field %s", quoteIdentIfNeeded(f.Name), quoteIdentIfNeeded(name), rv.itemLong(it), quoteIdentIfNeeded(name)).
+				WithDetail("column: %s.%s\nfield: %s AS %s", rv.itemLong(it), quoteIdentIfNeeded(name), RenderExpr(g.Expr), quoteIdentIfNeeded(name)).
+				WithHint("write %s.%s for the column, or rename the field", itName, quoteIdentIfNeeded(name))
 		}
-		r.Kind = RefSource
 	case isCol:
-		r.Kind = RefSource
 	case isField:
 		r.Kind, r.Field = RefField, name
 		return r, nil
 	default:
-		if ki, ok := rv.keyCols[name]; ok && rv.res.Keys[ki].Rel != "" && u.Agg == nil {
-			r.Kind, r.Rel = RefKey, rv.res.Keys[ki].Rel
-			return r, nil
-		}
 		return r, unresolved()
 	}
-	rv.keyRef(&r)
+	rv.itemRef(&r, it)
 	return r, nil
 }
 
-// keyRef reclassifies a source column read outside an aggregate as the
-// GROUP BY key it is, in an aggregate target.
-func (rv *resolver) keyRef(r *ResolvedRef) {
-	if !rv.t.IsAggregate() || r.Agg != nil || r.Kind != RefSource {
+// itemLong is an item's table as schema.table, for messages.
+func (rv *resolver) itemLong(i int) string {
+	return quoteIdentIfNeeded(rv.items[i].schema) + "." + quoteIdentIfNeeded(rv.items[i].table)
+}
+
+// isSameColumn reports whether e is exactly the column name of item it.
+func (rv *resolver) isSameColumn(e Expr, it int, name string) bool {
+	c, ok := e.(*ColumnRef)
+	if !ok || c.Parts[len(c.Parts)-1] != name {
+		return false
+	}
+	at, _, err := rv.column(ColumnName{Parts: c.Parts, Pos: c.Pos}, len(rv.items), "")
+	return err == nil && at == it
+}
+
+// itemRef sets a column reference's item, and reclassifies a column read
+// outside an aggregate as the GROUP BY key it is, in an aggregate target.
+func (rv *resolver) itemRef(r *ResolvedRef, it int) {
+	r.Kind, r.Item = RefSource, it
+	if it > 0 {
+		r.Kind, r.Rel = RefJoined, rv.items[it].name
+	}
+	if !rv.t.IsAggregate() || r.Agg != nil {
 		return
 	}
-	if ki, ok := rv.keyCols[r.Column]; ok && rv.res.Keys[ki].Rel == "" {
+	if ki, ok := rv.keyCols[r.Column]; ok && rv.res.Keys[ki].Item == it {
 		r.Kind = RefKey
 	}
 }
@@ -392,37 +520,14 @@ func (rv *resolver) readsAggregate(name string, seen map[string]bool) bool {
 
 func (rv *resolver) keySpace(rf ResolvedField, r ResolvedRef) *pgerr.Error {
 	fname := quoteIdentIfNeeded(rf.Name)
-	path := fmtDotted(r.Ref.Parts)
 	if !rv.t.IsAggregate() {
-		switch {
-		case r.Kind == RefPath && !r.ToMany && r.Agg != nil:
-			return newErr(RelationshipToOneWrappedInAggregate, r.Agg.Pos, "field %s aggregates %s, but relationship %s is to-one: there is one value per row", fname, path, quoteIdentIfNeeded(r.Rel)).
-				WithHint("read %s without the aggregate", path)
-		case r.Kind == RefPath && r.ToMany && r.Agg == nil:
-			return newErr(RelationshipToManyRequiresAggregate, r.Ref.Pos, "field %s reads %s, but relationship %s is to-many: wrap it in one aggregate", fname, path, quoteIdentIfNeeded(r.Rel)).
-				WithHint("e.g. SUM(%s) or COUNT(%s)", path, path)
-		case r.Agg != nil && r.Kind != RefPath:
-			return newErr(UnsupportedKeySpace, r.Agg.Pos, "%s(...) in a transform without GROUP BY may only fold a to-many relationship path, not %s", strings.ToUpper(AggregateName(r.Agg)), path).
-				WithDetail("construct: %s(...)", strings.ToUpper(AggregateName(r.Agg))).
-				WithHint("add GROUP BY to aggregate source rows")
-		}
-		return nil
+		return nil // aggregates were refused (oneToOneAggregates)
 	}
 	switch {
-	case r.Kind == RefPath && r.ToMany:
-		return newErr(RelationshipPathInAggregate, r.Ref.Pos, "field %s reads the to-many path %s in a GROUP BY transform; aggregating inside an aggregate is undefined", fname, path).
-			WithHint("aggregate it in a 1-1 transform first, then group that target")
-	case r.Kind == RefPath && r.Agg == nil:
-		for _, k := range rv.res.Keys {
-			if k.Rel == r.Rel && k.Column == r.Column {
-				return nil
-			}
-		}
-		return newErr(UngroupedRelationshipReference, r.Ref.Pos, "field %s reads %s outside an aggregate, but it is not a GROUP BY key", fname, path).
-			WithHint("wrap it in an aggregate or add it to GROUP BY")
-	case r.Kind == RefSource && r.Agg == nil:
-		return newErr(UngroupedColumnReference, r.Ref.Pos, "field %s reads column %s outside an aggregate, but it is not a GROUP BY key", fname, quoteIdentIfNeeded(r.Column)).
-			WithHint("wrap it in an aggregate, e.g. MAX(%s), or add it to GROUP BY", quoteIdentIfNeeded(r.Column))
+	case (r.Kind == RefSource || r.Kind == RefJoined) && r.Agg == nil:
+		col := fmtDotted(r.Ref.Parts)
+		return newErr(UngroupedColumnReference, r.Ref.Pos, "field %s reads column %s outside an aggregate, but it is not a GROUP BY key", fname, col).
+			WithHint("wrap it in an aggregate, e.g. MAX(%s), or add it to GROUP BY", col)
 	case r.Kind == RefField && r.Agg != nil && rv.readsAggregate(r.Field, map[string]bool{}):
 		return newErr(AggregateOfAggregateField, r.Ref.Pos, "field %s aggregates %s, which is itself an aggregate", fname, quoteIdentIfNeeded(r.Field)).
 			WithDetail("field: %s, reads: %s", rf.Name, r.Field).
@@ -476,8 +581,8 @@ func (rv *resolver) order() *pgerr.Error {
 	return nil
 }
 
-// oneToOneAggregates applies the stage-A rule for 1-1 targets: an aggregate
-// only as AGG(head.column), and no COUNT(*).
+// oneToOneAggregates applies the stage-A rule for 1-1 targets: no
+// aggregate, since every join is to-one (joins spec §3).
 func oneToOneAggregates(e Expr) *pgerr.Error {
 	var err *pgerr.Error
 	Inspect(e, func(n Expr) bool {
@@ -485,34 +590,20 @@ func oneToOneAggregates(e Expr) *pgerr.Error {
 		if !ok || err != nil || AggregateName(f) == "" {
 			return err == nil
 		}
-		var two bool
-		if len(f.Args) == 1 {
-			c, ok := f.Args[0].(*ColumnRef)
-			two = ok && len(c.Parts) == 2
-		}
-		if f.Star || !two {
-			construct := strings.ToUpper(AggregateName(f)) + "(...)"
-			if f.Star {
-				construct = "COUNT(*)"
-			}
-			err = newErr(UnsupportedKeySpace, f.Pos, "%s in a transform without GROUP BY: aggregates there may only fold one to-many relationship path, AGG(rel.column)", construct).
-				WithDetail("construct: %s", construct).
-				WithHint("add GROUP BY to aggregate source rows, or aggregate a to-many relationship path")
-		}
+		err = aggregateWithoutGroupBy(f.Pos, strings.ToUpper(AggregateName(f)), f.Star)
 		return false
 	})
 	return err
 }
 
-// CheckRelationshipName applies the one pure rule of grammar spec §8.3: a
-// relationship may not be named after its from-table (a path head equal to
-// the source's name always means the source, §7.5). The engine calls it in
-// the §8.3 order, after the tables and columns resolved.
-func CheckRelationshipName(st *RelationshipStmt) error {
-	if st.Name.Name == st.FromTable.Name {
-		return newErr(RelationshipNamedAfterFromTable, st.Name.Pos, "relationship %s has the name of its from-table", quoteIdentIfNeeded(st.Name.Name)).
-			WithDetail("%s.x would always read the column x of %s itself", quoteIdentIfNeeded(st.Name.Name), quoteIdentIfNeeded(st.FromTable.Name)).
-			WithHint("choose another relationship name")
+// aggregateWithoutGroupBy is UnsupportedKeySpace for an aggregate in a
+// transform without GROUP BY.
+func aggregateWithoutGroupBy(pos Pos, agg string, star bool) *pgerr.Error {
+	construct := agg + "(...)"
+	if star {
+		construct = "COUNT(*)"
 	}
-	return nil
+	return newErr(UnsupportedKeySpace, pos, "%s in a transform without GROUP BY: a 1-1 transform has one row per FROM row, and every join is to-one", construct).
+		WithDetail("construct: %s", construct).
+		WithHint("add GROUP BY; to fold many rows into each row of a table, make the many side the FROM table and GROUP BY the other's key")
 }

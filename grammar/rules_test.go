@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func runRules(t *testing.T, cases []ruleCase) {
 		for _, d := range []string{
 			"TRANSFORM order_calc FROM orders SELECT a AS a, b AS b, a + b AS total",
 			"TRANSFORM order_rollup FROM orders GROUP BY g SELECT sum(a) AS total",
-			"TRANSFORM post_view FROM posts SELECT author.name AS author_name, SUM(comments.words) AS words",
+			"TRANSFORM post_view FROM posts JOIN authors AS author ON author.id = posts.author SELECT author.name AS author_name, author.id AS author_id",
 		} {
 			if _, _, err := cat.outcome(d); err != nil {
 				t.Fatal(err)
@@ -101,10 +102,34 @@ func TestLexicalRules(t *testing.T) {
 func TestSyntaxRules(t *testing.T) {
 	runRules(t, []ruleCase{
 		{"TRANSFORM t orders SELECT a AS x", UnexpectedToken, 13},
-		{"TRANSFORM t FROM orders o SELECT a AS x", UnexpectedToken, 25},
-		{"TRANSFORM t FROM orders SELECT a AS x", "", 0},
-		{"TRANSFORM t FROM orders, x SELECT a AS x", UnsupportedKeySpace, 24},
-		{"TRANSFORM t FROM orders LEFT JOIN x USING (id) SELECT a AS x", UnsupportedKeySpace, 25},
+		{"TRANSFORM t FROM orders o o2 SELECT a AS x", UnexpectedToken, 27},
+		{"TRANSFORM t FROM orders o SELECT a AS x", "", 0},
+		{"TRANSFORM t FROM orders AS select SELECT a AS x", UnexpectedToken, 28},
+		{"TRANSFORM t FROM orders AS o SELECT o.a AS x", "", 0},
+		{"TRANSFORM t FROM orders, x SELECT a AS x", UnsupportedJoinKind, 24},
+		{"TRANSFORM t FROM orders RIGHT JOIN posts ON posts.id = orders.id SELECT a AS x", UnsupportedJoinKind, 25},
+		{"TRANSFORM t FROM orders FULL JOIN posts ON posts.id = orders.id SELECT a AS x", UnsupportedJoinKind, 25},
+		{"TRANSFORM t FROM orders CROSS JOIN posts SELECT a AS x", UnsupportedJoinKind, 25},
+		{"TRANSFORM t FROM orders NATURAL JOIN posts SELECT a AS x", UnsupportedJoinKind, 25},
+		{"TRANSFORM t FROM orders JOIN LATERAL posts ON posts.id = orders.id SELECT a AS x", UnsupportedJoinKind, 30},
+		{"TRANSFORM t FROM orders JOIN (SELECT 1) p ON p.id = orders.id SELECT a AS x", UnsupportedJoinKind, 30},
+		{"TRANSFORM t FROM orders LEFT OUTER JOIN posts ON posts.id = orders.id SELECT a AS x", "", 0},
+		{"TRANSFORM t FROM orders INNER JOIN posts ON posts.id = orders.id SELECT a AS x", "", 0},
+		{"TRANSFORM t FROM orders LEFT JOIN posts USING (id) SELECT a AS x", UnsupportedJoinCondition, 41},
+		{"TRANSFORM t FROM orders LEFT JOIN posts SELECT a AS x", UnexpectedToken, 41},
+		{"TRANSFORM t FROM orders JOIN posts ON posts.id < orders.id SELECT a AS x", UnsupportedJoinCondition, 48},
+		{"TRANSFORM t FROM orders JOIN posts ON posts.id = orders.id OR posts.id = orders.g SELECT a AS x", UnsupportedJoinCondition, 60},
+		{"TRANSFORM t FROM orders JOIN posts ON posts.id = 1 SELECT a AS x", UnsupportedJoinCondition, 50},
+		{"TRANSFORM t FROM orders JOIN posts ON posts.id = abs(orders.id) SELECT a AS x", UnsupportedJoinCondition, 53},
+		{"TRANSFORM t FROM orders JOIN posts ON posts.id = orders.id + 1 SELECT a AS x", UnsupportedJoinCondition, 60},
+		{"TRANSFORM t FROM orders JOIN posts ON (posts.id = orders.id AND posts.author = orders.g) SELECT a AS x", "", 0},
+		{"TRANSFORM t FROM orders JOIN posts ON (posts.id = orders.id SELECT a AS x", UnsupportedJoinCondition, 61},
+		{"TRANSFORM t FROM orders JOIN orders ON orders.id = orders.g SELECT a AS x", DuplicateTableName, 30},
+		{"TRANSFORM t FROM orders JOIN orders AS parent ON parent.id = orders.g SELECT orders.a AS x", "", 0},
+		{"TRANSFORM t FROM orders o JOIN posts o ON o.id = o.id SELECT a AS x", DuplicateTableName, 32},
+		{"TRANSFORM orders2 FROM orders JOIN orders2 AS p ON p.id = orders.id SELECT a AS x", TargetEqualsSource, 11},
+		{"TRANSFORM t FROM orders" + joinsN(16) + " SELECT orders.a AS x", "", 0},
+		{"TRANSFORM t FROM orders" + joinsN(17) + " SELECT a AS x", TooManyJoins, 0},
 		{"TRANSFORM t FROM public.orders SELECT a AS x", "", 0},
 		{"TRANSFORM a.b.t FROM orders SELECT a AS x", TooManyQualifiedNameParts, 11},
 		{"TRANSFORM b.t FROM orders SELECT a AS x", "", 0},
@@ -133,7 +158,7 @@ func TestSyntaxRules(t *testing.T) {
 		{"TRANSFORM t FROM orders SELECT a AS x trailing garbage", UnexpectedToken, 0},
 		{"RELATIONSHIP r FROM posts TO authors.id", UnexpectedToken, 21},
 		{"RELATIONSHIP r FROM public.posts.author TO authors.id", TooManyQualifiedNameParts, 21},
-		{"RELATIONSHIP r FROM posts.author TO authors.id", "", 0},
+		{"RELATIONSHIP r FROM posts.author TO authors.id", RelationshipsReplacedByJoin, 1},
 		{"RELATIONSHIP r FROM posts.author authors.id", UnexpectedToken, 34},
 		{"PAUSE TRANSFORM a.b.c", MalformedDefinitionAddress, 17},
 		{"PAUSE TRANSFORM a.b", "", 0},
@@ -142,7 +167,7 @@ func TestSyntaxRules(t *testing.T) {
 		{"DROP TRANSFORM t CASCADE", UnexpectedToken, 18},
 		{"DROP TRANSFORM t", "", 0},
 		{"DROP RELATIONSHIP a.b.c.d", MalformedDefinitionAddress, 19},
-		{"DROP RELATIONSHIP public.posts.author", "", 0},
+		{"DROP RELATIONSHIP public.posts.author", RelationshipsReplacedByJoin, 1},
 		{`DROP TRANSFORM "if"`, "", 0},
 		{"ALTER TRANSFORM t RENAME x", UnexpectedToken, 19},
 		{"ALTER TRANSFORM order_calc DROP total", "", 0},
@@ -206,12 +231,35 @@ func TestDefinitionRules(t *testing.T) {
 		{"TRANSFORM t FROM orders SELECT orders.a AS a", "", 0},
 		{"TRANSFORM t FROM orders GROUP BY g SELECT g + 1 AS g", GroupingColumnFieldMustBePassthrough, 52},
 		{"TRANSFORM t FROM orders GROUP BY g SELECT orders.g AS g", "", 0},
-		{"TRANSFORM t FROM posts GROUP BY author.name, name SELECT COUNT(*) AS n", UnresolvedGroupByColumn, 46},
-		{"TRANSFORM t FROM posts GROUP BY author.name, author.id SELECT COUNT(*) AS n", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name, nope SELECT COUNT(*) AS n", UnresolvedGroupByColumn, 97},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name, posts.id SELECT COUNT(*) AS n", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name, id SELECT COUNT(*) AS n", AmbiguousColumnReference, 97},
 		{"TRANSFORM t FROM orders GROUP BY name, orders.name SELECT COUNT(*) AS n", DuplicateGroupByColumn, 40},
 		{"TRANSFORM t FROM orders GROUP BY name, g SELECT COUNT(*) AS n", "", 0},
-		{"TRANSFORM t FROM posts GROUP BY author.name SELECT author.name AS name", "", 0},
-		{"TRANSFORM t FROM posts GROUP BY author.name SELECT author.id AS name", GroupingColumnFieldMustBePassthrough, 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name SELECT author.name AS name", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name SELECT name AS name", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name SELECT author.id AS name", GroupingColumnFieldMustBePassthrough, 0},
+		// Joins: names and ON conditions.
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = posts.author SELECT name AS n", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = posts.author SELECT id AS n", AmbiguousColumnReference, 73},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = posts.author SELECT posts.id AS n", "", 0},
+		{"TRANSFORM t FROM posts p JOIN authors a ON a.id = p.author SELECT posts.id AS n", QualifiedColumnNotFromTable, 67},
+		{"TRANSFORM t FROM posts p JOIN authors a ON a.id = p.author SELECT p.id AS n, a.name AS who", "", 0},
+		{"TRANSFORM t FROM posts p JOIN authors a ON a.id = p.author SELECT public.posts.id AS n", QualifiedColumnNotFromTable, 67},
+		{"TRANSFORM t FROM posts JOIN authors a ON a.id = posts.author SELECT public.posts.id AS n", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors ON author = authors.id SELECT name AS n", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.nope = posts.author SELECT name AS n", UnresolvedColumn, 40},
+		{"TRANSFORM t FROM posts JOIN authors ON nope = posts.author SELECT name AS n", UnresolvedColumn, 40},
+		{"TRANSFORM t FROM posts JOIN authors ON id = posts.author SELECT name AS n", AmbiguousColumnReference, 40},
+		{"TRANSFORM t FROM posts JOIN authors ON posts.id = posts.author SELECT name AS n", UnsupportedJoinCondition, 40},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = authors.id SELECT name AS n", UnsupportedJoinCondition, 40},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = comments.id SELECT name AS n", QualifiedColumnNotFromTable, 53},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = posts.author JOIN comments ON comments.post_id = posts.id AND comments.id = authors.id SELECT name AS n", UnsupportedJoinCondition, 115},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = posts.author JOIN comments ON comments.post_id = posts.id AND comments.id = posts.author SELECT name AS n", "", 0},
+		{"TRANSFORM t FROM comments JOIN posts ON posts.id = comments.post_id JOIN authors ON authors.id = posts.author SELECT words AS w, name AS who", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors ON authors.id = comments.id JOIN comments ON comments.post_id = posts.id SELECT name AS n", QualifiedColumnNotFromTable, 53},
+		{"TRANSFORM t FROM orders JOIN orders AS parent ON parent.id = orders.g SELECT parent.name AS parent_name", "", 0},
+		{"TRANSFORM t FROM orders JOIN orders AS parent ON parent.id = orders.g SELECT name AS parent_name", AmbiguousColumnReference, 78},
 		// Names inside formulas.
 		{"TRANSFORM t FROM orders SELECT amout AS x", UnresolvedColumn, 32},
 		{"TRANSFORM t FROM orders SELECT a AS x, x + 1 AS y", "", 0},
@@ -228,14 +276,16 @@ func TestDefinitionRules(t *testing.T) {
 		// Key space.
 		{"TRANSFORM t FROM orders GROUP BY g SELECT a AS x", UngroupedColumnReference, 43},
 		{"TRANSFORM t FROM orders GROUP BY g SELECT g * 2 AS x", "", 0},
-		{"TRANSFORM t FROM posts GROUP BY id SELECT author.name AS x", UngroupedRelationshipReference, 43},
-		{"TRANSFORM t FROM posts GROUP BY author.name SELECT author.name || '!' AS x", "", 0},
-		{"TRANSFORM t FROM posts GROUP BY id SELECT max(author.name) AS x", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY posts.id SELECT author.name AS x", UngroupedColumnReference, 100},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name SELECT author.name || '!' AS x", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY posts.id SELECT max(author.name) AS x", "", 0},
 		{"TRANSFORM t FROM posts SELECT SUM(posts.id) AS s", UnsupportedKeySpace, 31},
-		{"TRANSFORM t FROM posts SELECT SUM(comments.id) AS s", "", 0},
-		{"TRANSFORM t FROM posts SELECT COALESCE(SUM(comments.words), 0) AS s", "", 0},
-		{"TRANSFORM t FROM posts SELECT author.nope AS x", UnknownRelationshipColumn, 31},
-		{"TRANSFORM t FROM posts GROUP BY editor.name SELECT COUNT(*) AS n", UnknownGroupByRelationship, 33},
+		{"TRANSFORM t FROM posts SELECT posts.id * 2 AS s", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author SELECT max(author.name) AS s", UnsupportedKeySpace, 82},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author SELECT author.name AS s", "", 0},
+		{"TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author SELECT author.nope AS x", UnresolvedColumn, 82},
+		{"TRANSFORM t FROM posts SELECT author.name AS x", QualifiedColumnNotFromTable, 31},
+		{"TRANSFORM t FROM posts GROUP BY editor.name SELECT COUNT(*) AS n", QualifiedColumnNotFromTable, 33},
 		// Cycles.
 		{"TRANSFORM t FROM orders SELECT z + 1 AS x, x + 1 AS y, y + 1 AS z", Cycle, 0},
 		{"TRANSFORM t FROM orders SELECT a + 1 AS x, x + 1 AS y, y + 1 AS z", "", 0},
@@ -250,11 +300,10 @@ func TestDefinitionRules(t *testing.T) {
 		{"ALTER TRANSFORM order_calc ADD t2 + 1 AS t3, ADD t3 AS t2", Cycle, 0},
 		{"ALTER TRANSFORM order_calc ADD total + 1 AS t3, ADD t3 AS t2", "", 0},
 		{"ALTER TRANSFORM order_rollup DROP total", UnsupportedAlter, 17},
-		{"ALTER TRANSFORM post_view DROP words", "", 0},
-		{"ALTER TRANSFORM post_view ALTER words AS SUM(comments.id)", UnsupportedAlter, 0},
-		// Relationships.
-		{"RELATIONSHIP posts FROM posts.author TO authors.id", RelationshipNamedAfterFromTable, 14},
-		{"RELATIONSHIP poster FROM posts.author TO authors.id", "", 0},
+		{"ALTER TRANSFORM post_view DROP author_id", "", 0},
+		{"ALTER TRANSFORM post_view ADD upper(author.name) AS loud", "", 0},
+		{"ALTER TRANSFORM post_view ADD upper(editor.name) AS loud", QualifiedColumnNotFromTable, 0},
+		{"ALTER TRANSFORM post_view ADD SUM(author.id) AS s", UnsupportedKeySpace, 31},
 		// Target and source.
 		{"TRANSFORM a.orders FROM b.orders SELECT a AS x", TargetEqualsSource, 13},
 		{"TRANSFORM a.orders2 FROM b.orders SELECT a AS x", "", 0},
@@ -285,6 +334,15 @@ func TestApplyAlterResult(t *testing.T) {
 	if _, res, err := ApplyAlter(def, noop); err != nil || res.Changed() {
 		t.Errorf("no-op alter: %v %+v", err, res)
 	}
+}
+
+// joinsN is n JOIN items of the orders table under the aliases j1..jn.
+func joinsN(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, " JOIN orders AS j%d ON j%d.id = orders.id", i, i)
+	}
+	return b.String()
 }
 
 func mustParse(t testing.TB, text string) Statement {

@@ -228,7 +228,7 @@ func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
 	ctx := context.Background()
 	c := h.client(t)
 	mustExec(t, c, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
-	q := "SELECT 1; TRANSFORM t FROM s JOIN u SELECT a AS b"
+	q := "SELECT 1; TRANSFORM t FROM s JOIN u ON u.id = s.id SELECT a AS b"
 	_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
 	pe := pgErrOf(t, err)
 	if pe.Code != "0A000" && pe.Code != "42601" {

@@ -37,6 +37,7 @@ const (
 	DuplicateColumn              = "42701"
 	DuplicateObject              = "42710"
 	DuplicateTable               = "42P07"
+	DuplicateAlias               = "42712"
 	DatatypeMismatch             = "42804"
 	GroupingError                = "42803"
 	WindowingError               = "42P20"

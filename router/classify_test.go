@@ -44,13 +44,13 @@ func TestClassifyTrellisStatements(t *testing.T) {
 // A parse error's position is relative to the whole query string, in
 // characters, so psql's caret lands under the mistake.
 func TestClassifyErrorPositionIsInWholeString(t *testing.T) {
-	q := "SELECT 'é';TRANSFORM t FROM s JOIN u SELECT a AS b"
+	q := "SELECT 'é';TRANSFORM t FROM s RIGHT JOIN u ON u.id = s.id SELECT a AS b"
 	p := Classify(q, opts)
 	if p == nil || len(p.Units) != 2 || p.Units[1].Err == nil {
 		t.Fatalf("want a parse error in unit 2, got %+v", p)
 	}
 	e := p.Units[1].Err
-	want := strings.Index(q, "JOIN") // byte index; one 2-byte char before it
+	want := strings.Index(q, "RIGHT") // byte index; one 2-byte char before it
 	if e.Position != want-1+1 {
 		t.Fatalf("position %d, want %d (%s)", e.Position, want, e.Message)
 	}

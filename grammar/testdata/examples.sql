@@ -17,14 +17,16 @@ TRANSFORM order_safe FROM orders SELECT COALESCE(qty, 0) + 1 AS qty1
 TRANSFORM order_rollup FROM orders GROUP BY g SELECT sum(a) AS total
 -- expect: ok
 TRANSFORM qty_by_g FROM orders GROUP BY g SELECT g AS g, SUM(qty) AS q, COUNT(*) AS n, AVG(a) AS avg_a
--- expect: ok
+-- expect: RelationshipsReplacedByJoin 0A000
 RELATIONSHIP author FROM posts.author TO authors.id
 -- expect: ok
-RELATIONSHIP comments FROM posts.id TO comments.post_id
+TRANSFORM post_view FROM posts LEFT JOIN authors AS author ON author.id = posts.author SELECT author.name AS author_name
 -- expect: ok
-TRANSFORM post_view FROM posts SELECT author.name AS author_name, SUM(comments.words) AS words
+TRANSFORM posts_per_author FROM posts JOIN authors AS author ON author.id = posts.author GROUP BY author.name SELECT COUNT(*) AS n
 -- expect: ok
-TRANSFORM posts_per_author FROM posts GROUP BY author.name SELECT COUNT(*) AS n
+TRANSFORM words_per_post FROM comments JOIN posts p ON p.id = comments.post_id GROUP BY p.id SELECT SUM(words) AS words
+-- expect: ok
+TRANSFORM comment_view FROM comments c JOIN posts p ON p.id = c.post_id LEFT JOIN authors a ON a.id = p.author SELECT c.words AS words, a.name AS author_name
 -- expect: ok
 TRANSFORM nested_ok FROM orders GROUP BY g SELECT (g + 1) AS adj, SUM(adj) AS s
 -- expect: ok
@@ -113,8 +115,12 @@ TRANSFORM t FROM orders SELECT SUM(a) AS x
 TRANSFORM t FROM orders SELECT COUNT(*) AS x
 -- expect: UnsupportedKeySpace 0A000
 TRANSFORM t FROM orders SELECT a AS x GROUP BY g
--- expect: UnsupportedKeySpace 0A000
-TRANSFORM t FROM orders JOIN x ON orders.id = x.id SELECT a AS y
+-- expect: UnsupportedJoinKind 0A000
+TRANSFORM t FROM orders, posts SELECT a AS y
+-- expect: UnsupportedJoinCondition 0A000
+TRANSFORM t FROM orders JOIN posts ON posts.id > orders.id SELECT a AS y
+-- expect: DuplicateTableName 42712
+TRANSFORM t FROM orders JOIN orders ON orders.id = orders.g SELECT a AS y
 -- expect: UnsupportedPredicate 0A000
 TRANSFORM t FROM orders SELECT a AS x WHERE a > 1
 -- expect: TooManyQualifiedNameParts 42601
@@ -173,18 +179,18 @@ TRANSFORM t FROM orders GROUP BY g SELECT SUM(a) AS s, MAX(s) AS m
 TRANSFORM t FROM orders GROUP BY g SELECT (g + 1) AS a, SUM(a) AS s
 -- expect: UnresolvedGroupByColumn 42703
 TRANSFORM t FROM orders GROUP BY nope SELECT COUNT(*) AS n
--- expect: RelationshipToManyRequiresAggregate 42803
+-- expect: QualifiedColumnNotFromTable 42P01
 TRANSFORM t FROM posts SELECT comments.words AS w
--- expect: RelationshipToOneWrappedInAggregate 42803
-TRANSFORM t FROM posts SELECT SUM(author.id) AS s
 -- expect: UnsupportedKeySpace 0A000
-TRANSFORM t FROM posts SELECT SUM(comments.words + 1) AS s
--- expect: UnknownRelationship 42704
-TRANSFORM t FROM posts SELECT editor.name AS e
--- expect: GroupByRelationshipMustBeToOne 0A000
-TRANSFORM t FROM posts GROUP BY comments.words SELECT COUNT(*) AS n
--- expect: RelationshipPathInAggregate 0A000
-TRANSFORM t FROM posts GROUP BY author.id SELECT SUM(comments.words) AS w
+TRANSFORM t FROM posts JOIN authors AS author ON author.id = posts.author SELECT SUM(author.id) AS s
+-- expect: AmbiguousColumnReference 42702
+TRANSFORM t FROM posts JOIN authors ON authors.id = posts.author SELECT id AS i
+-- expect: UngroupedColumnReference 42803
+TRANSFORM t FROM comments JOIN posts ON posts.id = comments.post_id GROUP BY posts.author SELECT words AS w
+-- expect: engine JoinNotToOne 0A000
+TRANSFORM t FROM posts JOIN comments ON comments.post_id = posts.id SELECT words AS w
+-- expect: engine JoinTypeMismatch 42804
+TRANSFORM t FROM posts JOIN authors ON authors.name = posts.author SELECT posts.id AS i
 -- expect: TargetEqualsSource 22023
 TRANSFORM orders FROM orders SELECT a AS x
 -- expect: engine TargetTableExists 42P07
@@ -195,19 +201,13 @@ TRANSFORM t FROM nosuch SELECT a AS x
 TRANSFORM t FROM orders SELECT a AS x
 -- expect: UnresolvedColumn 42703
 TRANSFORM t FROM orders SELECT nope AS x;
--- expect: engine RelationshipTypeMismatch 42804
-RELATIONSHIP author2 FROM posts.author TO authors.name
--- expect: RelationshipNamedAfterFromTable 42939
-RELATIONSHIP posts FROM posts.author TO authors.id
--- expect: engine DuplicateRelationshipName 42710
-RELATIONSHIP author FROM posts.author TO authors.id
 -- expect: UnexpectedToken 42601
 PAUSE RELATIONSHIP posts.author
 -- expect: MalformedDefinitionAddress 42601
 DROP TRANSFORM order_flags.n
 -- expect: UnscopedRelationshipAddress 42601
 DROP RELATIONSHIP author
--- expect: engine DependentsBlockDrop 2BP01
+-- expect: RelationshipsReplacedByJoin 0A000
 DROP RELATIONSHIP posts.author
 -- expect: engine TransformNotPaused 55000
 DROP TRANSFORM order_flags
@@ -227,5 +227,5 @@ ALTER TRANSFORM order_safe ALTER nope AS qty
 ALTER TRANSFORM order_flags ALTER a_bigger AS a + b
 -- expect: UnsupportedAlter 0A000
 ALTER TRANSFORM order_rollup ADD g AS g2
--- expect: UnsupportedAlter 0A000
+-- expect: ok
 ALTER TRANSFORM post_view ADD author.id AS author_id

@@ -13,16 +13,17 @@ TRANSFORM region_totals FROM orders GROUP BY region
 SELECT region AS region, SUM(amount) AS total, COUNT(*) AS n,
        AVG(amount) AS avg_amount, MAX(placed_at) AS last_order;
 -- expect: ok
-RELATIONSHIP customer FROM orders.customer_id TO customers.id;
+TRANSFORM order_summary FROM orders o
+  LEFT JOIN customers c ON c.id = o.customer_id
+  LEFT JOIN regions r ON r.id = c.region_id
+SELECT c.name AS customer_name, r.name AS region_name, o.amount * (1 - c.discount) AS net;
 -- expect: ok
-RELATIONSHIP items FROM orders.id TO order_items.order_id;
+TRANSFORM lines_per_order FROM order_items i JOIN orders o ON o.id = i.order_id
+GROUP BY o.id
+SELECT COUNT(i.id) AS lines, SUM(i.qty) AS units;
 -- expect: ok
-TRANSFORM order_summary FROM orders
-SELECT customer.name AS customer_name,
-       COUNT(items.id) AS lines, SUM(items.qty) AS units,
-       JSONB_AGG(items.note) AS notes;
--- expect: ok
-TRANSFORM revenue_by_tier FROM orders GROUP BY customer.tier
+TRANSFORM revenue_by_tier FROM orders JOIN customers ON customers.id = orders.customer_id
+GROUP BY customers.tier
 SELECT SUM(amount) AS revenue, COUNT(*) AS order_count;
 -- expect: ok
 TRANSFORM refund_view FROM refunds
@@ -41,5 +42,5 @@ RESUME TRANSFORM order_view.gross;
 PAUSE TRANSFORM order_summary;
 -- expect: ok
 DROP TRANSFORM order_summary;
--- expect: ok
+-- expect: RelationshipsReplacedByJoin 0A000
 DROP RELATIONSHIP orders.items;
