@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 TESTFLAGS ?= -race -timeout 20m
 FUZZTIME  ?= 20s
 
-.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine clients docker prereqs clean
+.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine bench-bulk clients docker prereqs clean
 
 all: build
 
@@ -58,6 +58,12 @@ bench-passthrough: prereqs build
 # smoke run of a few minutes.
 bench-engine: prereqs build
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency self-check
+
+# Issue 18: one batch of 100,000 / 1,000,000 / 10,000,000 keys, alone and
+# beside a side writer (up to ~2 h while the drain is quadratic; see
+# docs/benchmarks-engine.md). Not part of bench-engine until it is linear.
+bench-bulk: prereqs
+	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) bulk-drain
 
 # Real client suites (pgx's and lib/pq's own tests, node-postgres and
 # postgres.js, pgJDBC, psycopg 3) directly and through the proxy; not part of

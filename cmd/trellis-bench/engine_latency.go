@@ -179,142 +179,16 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 		}
 	}
 
-	n := int(rate*window.Seconds()) + 1
-	commitAt := make([]atomic.Int64, n+1) // unix nanos; index = id
-	seenAt := make([][]int64, len(shape.Watch))
-	for i := range seenAt {
-		seenAt[i] = make([]int64, n+1)
-	}
-	var next atomic.Int64
-	var committed atomic.Int64
-	start := time.Now().Add(50 * time.Millisecond)
-	end := start.Add(window)
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	var wg sync.WaitGroup
-	var werr atomic.Value
-	duringDone := make(chan error, 1)
+	var during func(context.Context) error
 	if shape.During != nil {
-		go func() { duringDone <- shape.During(wctx, pool) }()
-	} else {
-		duringDone <- nil
+		during = func(ctx context.Context) error { return shape.During(ctx, pool) }
 	}
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := pool.Acquire(wctx)
-			if err != nil {
-				werr.Store(err)
-				return
-			}
-			defer conn.Release()
-			for {
-				k := next.Add(1)
-				if k > int64(n) {
-					return
-				}
-				due := start.Add(time.Duration(float64(k-1) / rate * float64(time.Second)))
-				if due.After(end) {
-					return
-				}
-				if d := time.Until(due); d > 0 {
-					time.Sleep(d)
-				}
-				// Never send a statement on a cancelled context: a COMMIT cut
-				// off by cancellation can still land.
-				if wctx.Err() != nil {
-					return
-				}
-				if _, err := conn.Exec(context.Background(), shape.Insert, k); err != nil {
-					werr.Store(err)
-					return
-				}
-				commitAt[k].Store(time.Now().UnixNano())
-				committed.Add(1)
-			}
-		}()
-	}
-
-	// The watcher: one connection, every watched target each round.
-	wconn, err := pool.Acquire(ctx)
+	paced, err := runPaced(ctx, pool, pacedLoad{Rate: rate, Window: window, Insert: shape.Insert, Watch: shape.Watch, During: during})
 	if err != nil {
 		r.HarnessErr = err
 		return r
 	}
-	defer wconn.Release()
-	low := make([]int64, len(shape.Watch)) // every id ≤ low[i] has been seen in target i
-	grace := end.Add(5 * time.Second)
-	writersDone := make(chan struct{})
-	go func() { wg.Wait(); close(writersDone) }()
-	finished := false
-	for {
-		for ti, target := range shape.Watch {
-			rows, err := wconn.Query(ctx, `SELECT id FROM `+target+` WHERE id > $1`, low[ti])
-			if err != nil {
-				r.HarnessErr = err
-				return r
-			}
-			now := time.Now().UnixNano()
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					r.HarnessErr = err
-					return r
-				}
-				if id >= 1 && id <= int64(n) && seenAt[ti][id] == 0 {
-					seenAt[ti][id] = now
-				}
-			}
-			if err := rows.Err(); err != nil {
-				r.HarnessErr = err
-				return r
-			}
-			for low[ti] < int64(n) && seenAt[ti][low[ti]+1] != 0 {
-				low[ti]++
-			}
-		}
-		select {
-		case <-writersDone:
-			finished = true
-		default:
-		}
-		if finished && slices.Min(low) >= committed.Load() {
-			break
-		}
-		if time.Now().After(grace) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	wcancel()
-	<-writersDone
-	if err := <-duringDone; err != nil && !errors.Is(err, context.Canceled) {
-		r.HarnessErr = fmt.Errorf("during the window: %w", err)
-		return r
-	}
-	if v := werr.Load(); v != nil {
-		r.HarnessErr = fmt.Errorf("writer: %v", v)
-		return r
-	}
-	c := committed.Load()
-	r.Offered = float64(c) / window.Seconds()
-	r.LatBy = make(map[string][]float64, len(shape.Watch))
-	for ti, target := range shape.Watch {
-		var lat []float64
-		for k := int64(1); k <= int64(n); k++ {
-			ca := commitAt[k].Load()
-			if ca == 0 {
-				continue
-			}
-			if seenAt[ti][k] == 0 {
-				lat = append(lat, math.Inf(1))
-				continue
-			}
-			lat = append(lat, max(0, float64(seenAt[ti][k]-ca)/1e6))
-		}
-		r.LatBy[target] = lat
-	}
+	r.Offered, r.LatBy = paced.Offered, paced.LatBy
 	r.Lat = r.LatBy[shape.Watch[0]]
 	r.Summary = summarizeLatencies(r.Lat)
 	if shape.Settle != nil {
@@ -329,4 +203,176 @@ func latencyCell(ctx context.Context, l *engineLab, cfg engine.Config, rate floa
 	}
 	r.OracleErr = shape.Oracle(ctx, pool)
 	return r
+}
+
+// pacedLoad is B7's method of measuring commit-to-visible: writers on 4
+// connections share one schedule (commit k is due at k/Rate) and record when
+// each commit returns; a watcher on its own connection polls each watched
+// target every 5 ms for ids above its low-water mark and records when each
+// first appears. A row never seen within the grace counts as infinite.
+type pacedLoad struct {
+	Rate   float64
+	Window time.Duration // the writers stop at its end, or when Stop closes
+	Insert string        // $1 is the id, 1, 2, ...
+	Watch  []string
+	// During runs alongside the writers until the window ends.
+	During func(ctx context.Context) error
+	// Stop ends the window early (nil: never).
+	Stop <-chan struct{}
+}
+
+type pacedResult struct {
+	Offered float64              // commits/s committed in the window
+	LatBy   map[string][]float64 // ms per committed row, per watched target
+}
+
+func runPaced(ctx context.Context, pool *pgxpool.Pool, load pacedLoad) (pacedResult, error) {
+	var r pacedResult
+	rate, window := load.Rate, load.Window
+	n := int(rate*window.Seconds()) + 1
+	commitAt := make([]atomic.Int64, n+1) // unix nanos; index = id
+	seenAt := make([][]int64, len(load.Watch))
+	for i := range seenAt {
+		seenAt[i] = make([]int64, n+1)
+	}
+	var next atomic.Int64
+	var committed atomic.Int64
+	start := time.Now().Add(50 * time.Millisecond)
+	end := start.Add(window)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if load.Stop != nil {
+		go func() {
+			select {
+			case <-load.Stop:
+				wcancel()
+			case <-wctx.Done():
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	var werr atomic.Value
+	duringDone := make(chan error, 1)
+	if load.During != nil {
+		go func() { duringDone <- load.During(wctx) }()
+	} else {
+		duringDone <- nil
+	}
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pool.Acquire(wctx)
+			if err != nil {
+				if wctx.Err() == nil {
+					werr.Store(err)
+				}
+				return
+			}
+			defer conn.Release()
+			for {
+				k := next.Add(1)
+				if k > int64(n) {
+					return
+				}
+				due := start.Add(time.Duration(float64(k-1) / rate * float64(time.Second)))
+				if due.After(end) {
+					return
+				}
+				if d := time.Until(due); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-wctx.Done():
+					}
+				}
+				// Never send a statement on a cancelled context: a COMMIT cut
+				// off by cancellation can still land.
+				if wctx.Err() != nil {
+					return
+				}
+				if _, err := conn.Exec(context.Background(), load.Insert, k); err != nil {
+					werr.Store(err)
+					return
+				}
+				commitAt[k].Store(time.Now().UnixNano())
+				committed.Add(1)
+			}
+		}()
+	}
+
+	// The watcher: one connection, every watched target each round.
+	wconn, err := pool.Acquire(ctx)
+	if err != nil {
+		return r, err
+	}
+	defer wconn.Release()
+	low := make([]int64, len(load.Watch)) // every id ≤ low[i] has been seen in target i
+	writersDone := make(chan struct{})
+	go func() { wg.Wait(); close(writersDone) }()
+	var grace time.Time
+	for {
+		for ti, target := range load.Watch {
+			rows, err := wconn.Query(ctx, `SELECT id FROM `+target+` WHERE id > $1`, low[ti])
+			if err != nil {
+				return r, err
+			}
+			now := time.Now().UnixNano()
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return r, err
+				}
+				if id >= 1 && id <= int64(n) && seenAt[ti][id] == 0 {
+					seenAt[ti][id] = now
+				}
+			}
+			if err := rows.Err(); err != nil {
+				return r, err
+			}
+			for low[ti] < int64(n) && seenAt[ti][low[ti]+1] != 0 {
+				low[ti]++
+			}
+		}
+		if grace.IsZero() {
+			select {
+			case <-writersDone:
+				grace = time.Now().Add(5 * time.Second)
+			default:
+			}
+		}
+		if !grace.IsZero() && (slices.Min(low) >= committed.Load() || time.Now().After(grace)) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wcancel()
+	if err := <-duringDone; err != nil && !errors.Is(err, context.Canceled) {
+		return r, fmt.Errorf("during the window: %w", err)
+	}
+	if v := werr.Load(); v != nil {
+		return r, fmt.Errorf("writer: %v", v)
+	}
+	c := committed.Load()
+	elapsed := min(window, time.Since(start))
+	if elapsed <= 0 {
+		elapsed = window
+	}
+	r.Offered = float64(c) / elapsed.Seconds()
+	r.LatBy = make(map[string][]float64, len(load.Watch))
+	for ti, target := range load.Watch {
+		var lat []float64
+		for k := int64(1); k <= int64(n); k++ {
+			ca := commitAt[k].Load()
+			if ca == 0 {
+				continue
+			}
+			if seenAt[ti][k] == 0 {
+				lat = append(lat, math.Inf(1))
+				continue
+			}
+			lat = append(lat, max(0, float64(seenAt[ti][k]-ca)/1e6))
+		}
+		r.LatBy[target] = lat
+	}
+	return r, nil
 }
