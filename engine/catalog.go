@@ -13,7 +13,7 @@ import (
 )
 
 // formatVersion is the newest catalog format this build knows.
-const formatVersion = 20
+const formatVersion = 21
 
 // migrations[i] brings the catalog from version i to i+1. {{S}} is the quoted
 // catalog schema. Each runs in the migrating transaction.
@@ -339,6 +339,18 @@ CREATE TABLE {{S}}._capture_waits (
   lock_mode text NOT NULL, waiting_since timestamptz NOT NULL DEFAULT now(),
   observed_at timestamptz NOT NULL DEFAULT now(), blockers text[] NOT NULL DEFAULT '{}');
 ALTER TABLE {{S}}._page_failures ADD COLUMN table_name text;
+`,
+	// 21: a large bucket's distinct keys, written once by its first page
+	// and read by range by every page after it (bulk.go, issue 18).
+	`
+CREATE TABLE {{S}}._batch_keys (
+  batch_seq bigint NOT NULL, bucket smallint NOT NULL,
+  src_table text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL,
+  unknown_origin boolean NOT NULL, origin_lsn pg_lsn, hop smallint NOT NULL,
+  staged_at timestamptz NOT NULL, origin_at timestamptz NOT NULL,
+  PRIMARY KEY (batch_seq, bucket, src_table, key))
+  WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 20000);
+ALTER TABLE {{S}}._batch_buckets ADD COLUMN keyed boolean NOT NULL DEFAULT false;
 `,
 }
 

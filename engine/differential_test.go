@@ -879,6 +879,7 @@ func TestDifferentialCatchesPlantedFaults(t *testing.T) {
 		{"drop_one_key_in_five", 4242, plants{dropEveryNthKey: 5}},
 		{"converged_is_drained", 4243, plants{convergedIsDrained: true}},
 		{"no_origin_inheritance", 4244, plants{noOriginInheritance: true}},
+		{"bulk_key_lost", 4245, plants{bulkKeyLost: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := runDifferential(t, c.seed, false, false, c.plant, 2*time.Second, 2)

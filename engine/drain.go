@@ -140,15 +140,15 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	var batch int64
 	var bucket, bucketCount int16
 	var afterTable, afterKey *string
-	var hasTruncate bool
+	var hasTruncate, keyed bool
 	err = tx.QueryRow(ctx, fmt.Sprintf(`
-		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate
+		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate, bb.keyed
 		FROM %[1]s bb JOIN (SELECT seq, bucket_count, has_truncate FROM %[2]s WHERE state <> 'drained' ORDER BY seq LIMIT 1) b
 		  ON bb.batch_seq = b.seq
 		WHERE bb.state = 'open' AND (coalesce(bb.next_attempt_at, '-infinity') <= now() OR $1)
 		  AND ($2 < 0 OR (bb.batch_seq = $2 AND bb.bucket = $3))
 		ORDER BY bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`, e.tbl("_batch_buckets"), e.tbl("_batches")), probe, onlyBatch, onlyBucket).
-		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate)
+		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate, &keyed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, ref, nil
 	}
@@ -160,7 +160,8 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	var waited time.Duration
 	t0 := time.Now()
 	pctx, tally := withTally(ctx)
-	perr := e.applyPage(pctx, tx, batch, bucket, bucketCount, afterTable, afterKey, hasTruncate, probe, &waited)
+	perr := e.applyPage(pctx, tx, pageAt{batch: batch, bucket: bucket, bucketCount: bucketCount,
+		afterTable: afterTable, afterKey: afterKey, hasTruncate: hasTruncate, keyed: keyed}, probe, &waited)
 	if perr == nil {
 		perr = tx.Commit(ctx)
 		if perr == nil {
@@ -177,27 +178,38 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	return false, ref, perr
 }
 
-func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, bucketCount int16,
-	afterTable, afterKey *string, hasTruncate, probe bool, waited *time.Duration) error {
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
-		return err
+// pageAt is the bucket a page drains and where its cursor stands.
+type pageAt struct {
+	batch                int64
+	bucket, bucketCount  int16
+	afterTable, afterKey *string
+	hasTruncate          bool
+	keyed                bool // its keys are in _batch_keys (bulk.go)
+}
+
+// batchWindow is the FROM and WHERE of batch $1's log rows; keyed, each
+// row's keys as k.key (a row holds one key, a rederive's, or a statement's
+// keys in an array, capture's).
+func (e *Engine) batchWindow(keyed bool) string {
+	unnest := ""
+	if keyed {
+		unnest = " CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)"
 	}
-	first := afterTable == nil
-	// The batch's log rows; keyed, each row's keys as k.key (a row holds one
-	// key, a rederive's, or a statement's keys in an array, capture's).
-	windowOf := func(keyed bool) string {
-		unnest := ""
-		if keyed {
-			unnest = " CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)"
-		}
-		return fmt.Sprintf(`FROM %[1]s c%[3]s,
+	return fmt.Sprintf(`FROM %[1]s c%[3]s,
 		  (SELECT snap FROM %[2]s WHERE seq = $1 - 1) prev,
 		  (SELECT snap FROM %[2]s WHERE seq = $1) cur
 		WHERE c.txid >= pg_snapshot_xmin(prev.snap) AND c.txid < pg_snapshot_xmax(cur.snap)
 		  AND pg_visible_in_snapshot(c.txid, cur.snap) AND NOT pg_visible_in_snapshot(c.txid, prev.snap)`,
-			e.tbl("_change_log"), e.tbl("_batches"), unnest)
+		e.tbl("_change_log"), e.tbl("_batches"), unnest)
+}
+
+func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool, waited *time.Duration) error {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+		return err
 	}
-	window := windowOf(false)
+	batch, bucket, afterTable, afterKey, hasTruncate := pa.batch, pa.bucket, pa.afterTable, pa.afterKey, pa.hasTruncate
+	first := afterTable == nil
+	window := e.batchWindow(false)
 	// Truncates first, in the bucket's first page (a truncate batch has one bucket).
 	var truncated []string
 	var tOrigin *string
@@ -237,15 +249,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	if afterKey != nil {
 		ak = *afterKey
 	}
-	rows, err := tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
-		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
-		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
-		  extract(epoch FROM clock_timestamp() - min(coalesce(c.origin_at, c.staged_at)))::float8 `+
-		windowOf(true)+
-		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
-		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
-		GROUP BY c.src_table, k.key ORDER BY c.src_table COLLATE "C", k.key COLLATE "C" LIMIT $6`,
-		batch, bucketCount, bucket, at, ak, e.cfg.PageSize)
+	rows, err := e.pageKeys(ctx, tx, pa, at, ak)
 	if err != nil {
 		return err
 	}

@@ -680,6 +680,10 @@ func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err err
 	if e.plant.keepLog {
 		return true, nil
 	}
+	keysDone, err := e.retireBatchKeys(ctx, conn, 20)
+	if err != nil {
+		return false, err
+	}
 	for i := 0; i < 20; i++ {
 		tag, err := conn.Exec(ctx, fmt.Sprintf(`
 WITH d AS (SELECT snap FROM %[1]s WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
@@ -697,5 +701,5 @@ DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
 	}
 	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE state = 'drained'
 		AND seq < (SELECT max(seq) FROM %[1]s WHERE state = 'drained')`, e.tbl("_batches")))
-	return done && err == nil, err
+	return done && keysDone && err == nil, err
 }

@@ -257,6 +257,15 @@ CREATE TABLE "trellis"._capture_waits (
   lock_mode text NOT NULL, waiting_since timestamptz NOT NULL DEFAULT now(),
   observed_at timestamptz NOT NULL DEFAULT now(), blockers text[] NOT NULL DEFAULT '{}');
 ALTER TABLE "trellis"._page_failures ADD COLUMN table_name text;
+-- migration 21
+CREATE TABLE "trellis"._batch_keys (
+  batch_seq bigint NOT NULL, bucket smallint NOT NULL,
+  src_table text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL,
+  unknown_origin boolean NOT NULL, origin_lsn pg_lsn, hop smallint NOT NULL,
+  staged_at timestamptz NOT NULL, origin_at timestamptz NOT NULL,
+  PRIMARY KEY (batch_seq, bucket, src_table, key))
+  WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 20000);
+ALTER TABLE "trellis"._batch_buckets ADD COLUMN keyed boolean NOT NULL DEFAULT false;
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$

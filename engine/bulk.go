@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Bulk batches (issue 18). A page reads the next PageSize keys of its
+// bucket past the bucket's cursor. Read from the change log, that costs the
+// whole bucket every page (its rows are unnested, grouped and sorted, then
+// all but one page thrown away), so a bucket of N keys drains in
+// O(N²/PageSize): a single 10,000,000-row INSERT, which capture logs as one
+// row with every key in an array and so lands in one bucket, would take
+// days. A bucket holding more than bulkFactor pages of keys therefore has
+// its distinct keys written once, by its first page, into _batch_keys,
+// ordered by the page order (src_table, key in "C" collation); every page of
+// it then reads one index range past the cursor.
+//
+// Why it is exact: the rows are exactly the page query's groups (the same
+// window, bucket and GROUP BY, with the same per-key origin, hop and ages),
+// and a sealed batch's window never changes (rows written later carry later
+// transaction ids, outside its snapshot pair). The cursor, the claim, the
+// per-key ledger lock, the origin/hop rules and truncate ordering are the
+// page's as before. The materialising page commits or rolls back with its
+// keys and the bucket's keyed flag, so a crash or a failed page leaves the
+// bucket as it was, and a probe of it materialises again. Retire deletes
+// the keys of drained batches in chunks.
+const bulkFactor = 4
+
+// pageKeys returns the page's keys past (at, ak) with their origin, hop and
+// ages, materialising a large bucket's keys on its first page.
+func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string) (pgx.Rows, error) {
+	keyed := pa.keyed
+	if !keyed && pa.afterTable == nil {
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(coalesce(cardinality(c.keys), 1)), 0)::int8 `+e.batchWindow(false)+
+			` AND c.change_id % $2 = $3`, pa.batch, pa.bucketCount, pa.bucket).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n > int64(bulkFactor*e.cfg.PageSize) {
+			if err := e.materializeKeys(ctx, tx, pa); err != nil {
+				return nil, err
+			}
+			keyed = true
+		}
+	}
+	if keyed {
+		return tx.Query(ctx, fmt.Sprintf(`SELECT src_table, key, unknown_origin, origin_lsn::text, hop,
+			  extract(epoch FROM clock_timestamp() - staged_at)::float8,
+			  extract(epoch FROM origin_at)::float8,
+			  extract(epoch FROM clock_timestamp() - origin_at)::float8
+			FROM %s WHERE batch_seq = $1 AND bucket = $2
+			  AND (src_table, key) > ($3::text COLLATE "C", $4::text COLLATE "C")
+			ORDER BY src_table, key LIMIT $5`, e.tbl("_batch_keys")),
+			pa.batch, pa.bucket, at, ak, e.cfg.PageSize)
+	}
+	return tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
+		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
+		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
+		  extract(epoch FROM clock_timestamp() - min(coalesce(c.origin_at, c.staged_at)))::float8 `+
+		e.batchWindow(true)+
+		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
+		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
+		GROUP BY c.src_table, k.key ORDER BY c.src_table COLLATE "C", k.key COLLATE "C" LIMIT $6`,
+		pa.batch, pa.bucketCount, pa.bucket, at, ak, e.cfg.PageSize)
+}
+
+// materializeKeys writes bucket pa's distinct keys, with what the page
+// query would compute for each, into _batch_keys and marks the bucket.
+func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) error {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (batch_seq, bucket, src_table, key, unknown_origin, origin_lsn, hop, staged_at, origin_at)
+		SELECT $1::int8, $3::int2, c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn), max(c.hop),
+		  min(c.staged_at), min(coalesce(c.origin_at, c.staged_at)) `, e.tbl("_batch_keys"))+
+		e.batchWindow(true)+` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
+		GROUP BY c.src_table, k.key`, pa.batch, pa.bucketCount, pa.bucket); err != nil {
+		return err
+	}
+	if e.plant.bulkKeyLost {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE (batch_seq, bucket, src_table, key) =
+			(SELECT batch_seq, bucket, src_table, key FROM %[1]s WHERE batch_seq = $1 AND bucket = $2 ORDER BY src_table, key LIMIT 1)`,
+			e.tbl("_batch_keys")), pa.batch, pa.bucket); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET keyed = true WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), pa.batch, pa.bucket)
+	return err
+}
+
+// retireBatchKeys deletes up to chunks×RetireChunk materialised keys of
+// drained batches; done when none are left.
+func (e *Engine) retireBatchKeys(ctx context.Context, conn *pgx.Conn, chunks int) (done bool, err error) {
+	for range chunks {
+		tag, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
+			SELECT k.ctid FROM %[1]s k JOIN %[2]s b ON b.seq = k.batch_seq WHERE b.state = 'drained' LIMIT %[3]d))`,
+			e.tbl("_batch_keys"), e.tbl("_batches"), e.cfg.RetireChunk))
+		if err != nil {
+			return false, err
+		}
+		if tag.RowsAffected() < int64(e.cfg.RetireChunk) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
