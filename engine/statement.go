@@ -66,17 +66,14 @@ type ApplyOptions struct {
 // what a catalog query or a formula probe calls, and a formula resolves at
 // define exactly as the workers will resolve it.
 func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
-	if s, ok := st.(*grammar.TransformStmt); ok && s.Source.Schema == "" {
-		var schema *string
-		if err := q.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE c.oid = to_regclass($1)`, pgx.Identifier{s.Source.Name}.Sanitize()).Scan(&schema); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if s, ok := st.(*grammar.TransformStmt); ok {
+		// Every table the statement names resolves through the client's
+		// search_path, before the path is pinned below.
+		qualified, err := qualifyTables(ctx, q, s)
+		if err != nil {
 			return nil, err
 		}
-		if schema != nil {
-			qualified := *s
-			qualified.Source.Schema = *schema
-			st = &qualified
-		}
+		st = qualified
 	}
 	var path string
 	if err := q.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&path); err != nil {
@@ -117,7 +114,7 @@ func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opt
 
 func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.TransformStmt, opts ApplyOptions) (*Applied, error) {
 	if len(st.Joins) > 0 {
-		return nil, joinsNotYet(st.Joins[0].Pos)
+		return nil, e.checkJoinTarget(ctx, q, st)
 	}
 	src, err := e.resolveSource(ctx, q, st.Source)
 	if err != nil {

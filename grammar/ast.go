@@ -90,6 +90,9 @@ type TransformStmt struct {
 	// Joins are the JOIN items in statement order (joins spec §2); empty
 	// for a transform that reads one table.
 	Joins []Join
+	// WithoutSourceIndex is a trailing WITHOUT SOURCE INDEX: the JOIN
+	// target's fan-out indexes are not required (joins spec §5 item 5).
+	WithoutSourceIndex bool
 }
 
 // IsAggregate reports whether the transform has a GROUP BY key space.

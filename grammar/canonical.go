@@ -51,6 +51,9 @@ func Canonical(st Statement) string {
 			b.WriteString(" AS ")
 			b.WriteString(quoteIdent(f.Name))
 		}
+		if s.WithoutSourceIndex {
+			b.WriteString(" WITHOUT SOURCE INDEX")
+		}
 	case *RelationshipStmt:
 		b.WriteString("RELATIONSHIP ")
 		b.WriteString(quoteIdent(s.Name.Name))

@@ -420,6 +420,9 @@ func dump(st Statement) string {
 		if s.SourceAlias != nil {
 			fmt.Fprintf(&b, "as %q|", s.SourceAlias.Name)
 		}
+		if s.WithoutSourceIndex {
+			b.WriteString("without source index|")
+		}
 		for _, j := range s.Joins {
 			fmt.Fprintf(&b, "%s %s.%s", j.Kind, j.Table.Schema, j.Table.Name)
 			if j.Alias != nil {

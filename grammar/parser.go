@@ -329,7 +329,12 @@ func (p *parser) transform(kw token) (Statement, *pgerr.Error) {
 		}
 		return nil, p.unexpected(t, "GROUP BY or SELECT")
 	}
-	fields, err := p.selectList(t.start, p.end, true, !st.IsAggregate())
+	end := p.end
+	if n := len(p.toks); n >= 4 && isWord(p.toks[n-4], "without") && isWord(p.toks[n-3], "source") && isWord(p.toks[n-2], "index") {
+		st.WithoutSourceIndex = true
+		end = p.toks[n-4].start
+	}
+	fields, err := p.selectList(t.start, end, true, !st.IsAggregate())
 	if err != nil {
 		return nil, err
 	}

@@ -320,7 +320,8 @@ func (rv *resolver) hasColumn(i int, c ColumnName, what string) (int, string, *p
 	it := rv.items[i]
 	if !it.cols[col] {
 		return 0, col, newErr(UnresolvedColumn, c.Pos, "%s reads %s, which is not a column of %s.%s", what, fmtDotted(c.Parts), quoteIdentIfNeeded(it.schema), quoteIdentIfNeeded(it.table)).
-			WithDetail("column: %s", col)
+			WithDetail("column: %s", col).
+			WithHint("check the spelling; \\d %s.%s lists its columns", quoteIdentIfNeeded(it.schema), quoteIdentIfNeeded(it.table))
 	}
 	return i, col, nil
 }

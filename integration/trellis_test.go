@@ -228,6 +228,7 @@ func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
 	ctx := context.Background()
 	c := h.client(t)
 	mustExec(t, c, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	mustExec(t, c, `CREATE TABLE u (id int PRIMARY KEY, z int)`)
 	q := "SELECT 1; TRANSFORM t FROM s JOIN u ON u.id = s.id SELECT a AS b"
 	_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
 	pe := pgErrOf(t, err)
