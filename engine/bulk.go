@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -28,6 +29,45 @@ import (
 // bucket as it was, and a probe of it materialises again. Retire deletes
 // the keys of drained batches in chunks.
 const bulkFactor = 4
+
+// Batches drain out of order (issue 18): a worker claims the open bucket
+// with the fewest pages done among the drainable batches, oldest first, so
+// a bulk bucket, which has run pages, yields to the fresh buckets of every
+// batch sealed after it; the seal does not count bulk batches among the two
+// it lets wait. Exact because a page re-derives each key from live state
+// under its ledger lock whatever batch named it, so the order in which two
+// batches apply one key does not change the result. Two orders do matter
+// and stay strict: a truncate batch drains alone, after every batch before
+// it and before every batch after it (its clear would undo what a later
+// batch applied, drainableBatchesSQL); and every reader of "how far the
+// drain has got" (convergence, retirement, the self-check's in-flight keys)
+// uses the drained prefix, never the newest drained batch
+// (drainedSnapSQL).
+
+// maxUndrainedBatches bounds how many batches may wait behind a bulk one.
+const maxUndrainedBatches = 64
+
+// bulkBatchKeys is the key count above which a sealed batch counts as bulk.
+func bulkBatchKeys(pageSize int) int { return 8 * bulkFactor * pageSize }
+
+// drainableBatchesSQL selects the batches whose buckets may be claimed:
+// every undrained batch before the first undrained truncate batch, or that
+// truncate batch alone once it is the oldest.
+func (e *Engine) drainableBatchesSQL() string {
+	return fmt.Sprintf(`SELECT b.seq, b.bucket_count, b.has_truncate FROM %[1]s b
+		WHERE b.state <> 'drained' AND b.seq <= coalesce((SELECT min(t.seq) FROM %[1]s t WHERE t.state <> 'drained' AND t.has_truncate), %[2]d)
+		  AND (NOT b.has_truncate OR b.seq = (SELECT min(o.seq) FROM %[1]s o WHERE o.state <> 'drained'))
+		ORDER BY b.seq LIMIT %[3]d`, e.tbl("_batches"), int64(math.MaxInt64), maxUndrainedBatches)
+}
+
+// drainedSnapSQL selects the snapshot of the drained prefix: the newest
+// batch before which every batch has drained. The newest drained batch
+// alone says nothing of the batches before it.
+func (e *Engine) drainedSnapSQL() string {
+	return fmt.Sprintf(`SELECT snap FROM %[1]s WHERE state = 'drained'
+		AND seq < coalesce((SELECT min(u.seq) FROM %[1]s u WHERE u.state <> 'drained'), %[2]d) ORDER BY seq DESC LIMIT 1`,
+		e.tbl("_batches"), int64(math.MaxInt64))
+}
 
 // pageKeys returns the page's keys past (at, ak) with their origin, hop and
 // ages, materialising a large bucket's keys on its first page.
@@ -78,8 +118,9 @@ func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) erro
 		return err
 	}
 	if e.plant.bulkKeyLost {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE (batch_seq, bucket, src_table, key) =
-			(SELECT batch_seq, bucket, src_table, key FROM %[1]s WHERE batch_seq = $1 AND bucket = $2 ORDER BY src_table, key LIMIT 1)`,
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE (batch_seq, bucket, src_table, key) IN
+			(SELECT batch_seq, bucket, src_table, key FROM (SELECT *, row_number() OVER (ORDER BY src_table, key) AS n
+			   FROM %[1]s WHERE batch_seq = $1 AND bucket = $2) k WHERE n %% 3 = 1)`,
 			e.tbl("_batch_keys")), pa.batch, pa.bucket); err != nil {
 			return err
 		}

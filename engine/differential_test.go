@@ -598,6 +598,9 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 	}
 	cfg := fastConfig()
 	cfg.PageSize = 1 + r.IntN(50) // several pages per bucket
+	if plant.bulkKeyLost {
+		cfg.PageSize = 1 + cfg.PageSize%3 // many buckets over 4 pages: the bulk path
+	}
 	cfg.BuildChunkSize = 5 + r.IntN(40)
 	cfg.DrainWorkers = 2
 	var logBuf syncBuffer

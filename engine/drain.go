@@ -143,11 +143,11 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	var hasTruncate, keyed bool
 	err = tx.QueryRow(ctx, fmt.Sprintf(`
 		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate, bb.keyed
-		FROM %[1]s bb JOIN (SELECT seq, bucket_count, has_truncate FROM %[2]s WHERE state <> 'drained' ORDER BY seq LIMIT 1) b
-		  ON bb.batch_seq = b.seq
+		FROM %[1]s bb JOIN (%[3]s) b ON bb.batch_seq = b.seq
 		WHERE bb.state = 'open' AND (coalesce(bb.next_attempt_at, '-infinity') <= now() OR $1)
 		  AND ($2 < 0 OR (bb.batch_seq = $2 AND bb.bucket = $3))
-		ORDER BY bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`, e.tbl("_batch_buckets"), e.tbl("_batches")), probe, onlyBatch, onlyBucket).
+		ORDER BY bb.pages, bb.batch_seq, bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`,
+		e.tbl("_batch_buckets"), e.tbl("_batches"), e.drainableBatchesSQL()), probe, onlyBatch, onlyBucket).
 		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate, &keyed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, ref, nil

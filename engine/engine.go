@@ -157,7 +157,7 @@ type plants struct {
 	convergedIsDrained  bool // answer convergence from batch states (H3)
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
 	keepLog             bool // never retire (diagnostics)
-	bulkKeyLost         bool // a materialised bucket loses its first key (bulk.go)
+	bulkKeyLost         bool // a materialised bucket loses one key in three, its first among them (bulk.go)
 	pageHook            func(stage string)
 	planStepRows        int // keys one plan step walks; 0: planStepRows
 	firstSlice          int // keys of a build step's first slice; 0: firstSliceKeys

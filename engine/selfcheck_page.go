@@ -306,12 +306,12 @@ func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, err
 // pendingSQL lists a definition's source keys still in flight in the
 // current snapshot ($1 the source table, $2 the definition).
 func (e *Engine) pendingSQL() string {
-	return fmt.Sprintf(`WITH d AS (SELECT snap FROM %[1]s WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+	return fmt.Sprintf(`WITH d AS (%[5]s)
 SELECT DISTINCT coalesce(u.k, c.key) FROM %[2]s c CROSS JOIN d LEFT JOIN LATERAL unnest(c.keys) AS u(k) ON true
 WHERE c.src_table = $1 AND NOT pg_visible_in_snapshot(c.txid, d.snap)
 UNION SELECT key FROM %[3]s WHERE definition_id = $2
 UNION SELECT key FROM %[4]s WHERE definition_id = $2`,
-		e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_poison"), e.tbl("_deferred"))
+		e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_poison"), e.tbl("_deferred"), e.drainedSnapSQL())
 }
 
 // inFlight returns the target keys whose rows may not reflect the source

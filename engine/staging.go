@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -607,12 +608,15 @@ func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (sealResult, error) {
 	// Read-only probe first: an idle instance writes nothing. While two
 	// batches wait, sealing more only adds per-page overhead: let the next
 	// batch grow instead (bigger batches also get 8 buckets, drained in parallel).
+	// A bulk batch does not count: the batches sealed behind it drain beside
+	// it (bulk.go), so they must not wait for it to be sealed.
 	var room, any bool
 	t0 := time.Now()
-	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[2]s WHERE state <> 'drained') < 2,
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FILTER (WHERE row_count <= %[3]d) < 2 AND count(*) < %[4]d
+		  FROM %[2]s WHERE state <> 'drained'),
 		EXISTS (SELECT 1 FROM %[1]s c, (SELECT snap FROM %[2]s ORDER BY seq DESC LIMIT 1) p
 		WHERE c.txid >= pg_snapshot_xmin(p.snap) AND NOT pg_visible_in_snapshot(c.txid, p.snap))`,
-		e.tbl("_change_log"), e.tbl("_batches"))).Scan(&room, &any); err != nil {
+		e.tbl("_change_log"), e.tbl("_batches"), bulkBatchKeys(e.cfg.PageSize), maxUndrainedBatches)).Scan(&room, &any); err != nil {
 		return 0, err
 	}
 	if !any {
@@ -674,8 +678,9 @@ RETURNING batch_seq`, e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_batch_buc
 	return sealedBatch, nil
 }
 
-// retire deletes log rows applied by the newest drained batch, and batch
-// rows older than it (§12.11, H5). done: nothing left to retire for it.
+// retire deletes log rows applied by the drained prefix (the newest batch
+// before which every batch drained: batches drain out of order, bulk.go),
+// and batch rows older than it (§12.11, H5). done: nothing left to retire for it.
 func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err error) {
 	if e.plant.keepLog {
 		return true, nil
@@ -686,11 +691,11 @@ func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err err
 	}
 	for i := 0; i < 20; i++ {
 		tag, err := conn.Exec(ctx, fmt.Sprintf(`
-WITH d AS (SELECT snap FROM %[1]s WHERE state = 'drained' ORDER BY seq DESC LIMIT 1)
+WITH d AS (%[4]s)
 DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
   SELECT c.ctid FROM %[2]s c, d
   WHERE c.txid < pg_snapshot_xmax(d.snap) AND pg_visible_in_snapshot(c.txid, d.snap)
-  LIMIT %[3]d))`, e.tbl("_batches"), e.tbl("_change_log"), e.cfg.RetireChunk))
+  LIMIT %[3]d))`, e.tbl("_batches"), e.tbl("_change_log"), e.cfg.RetireChunk, e.drainedSnapSQL()))
 		if err != nil {
 			return false, err
 		}
@@ -699,7 +704,10 @@ DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
 			break
 		}
 	}
+	// A batch row is kept while a later batch is undrained: its snapshot
+	// is that batch's window's lower edge.
 	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE state = 'drained'
-		AND seq < (SELECT max(seq) FROM %[1]s WHERE state = 'drained')`, e.tbl("_batches")))
+		AND seq < (SELECT max(seq) FROM %[1]s WHERE state = 'drained'
+		           AND seq < coalesce((SELECT min(seq) FROM %[1]s WHERE state <> 'drained'), %[2]d))`, e.tbl("_batches"), int64(math.MaxInt64)))
 	return done && keysDone && err == nil, err
 }

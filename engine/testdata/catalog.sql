@@ -266,6 +266,24 @@ CREATE TABLE "trellis"._batch_keys (
   PRIMARY KEY (batch_seq, bucket, src_table, key))
   WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 20000);
 ALTER TABLE "trellis"._batch_buckets ADD COLUMN keyed boolean NOT NULL DEFAULT false;
+-- migration 22
+CREATE OR REPLACE FUNCTION "trellis"._converged(token pg_lsn, viewer name) RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH d AS (SELECT snap FROM "trellis"._batches WHERE state = 'drained'
+    AND seq < coalesce((SELECT min(u.seq) FROM "trellis"._batches u WHERE u.state <> 'drained'), 9223372036854775807)
+    ORDER BY seq DESC LIMIT 1)
+  SELECT NOT EXISTS (SELECT 1 FROM "trellis"._change_log c, d
+                     WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
+                       AND NOT pg_visible_in_snapshot(c.txid, d.snap))
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._poison p
+                     WHERE (p.origin_lsn IS NULL OR p.origin_lsn <= token)
+                       AND (viewer IS NULL OR EXISTS (SELECT 1 FROM "trellis"._definitions v WHERE v.id = p.definition_id
+                            AND has_table_privilege(viewer, v.target_oid, 'SELECT'))))
+     AND NOT EXISTS (SELECT 1 FROM "trellis"._deferred x
+                     WHERE (x.origin_lsn IS NULL OR x.origin_lsn <= token)
+                       AND (viewer IS NULL OR EXISTS (SELECT 1 FROM "trellis"._definitions v WHERE v.id = x.definition_id
+                            AND has_table_privilege(viewer, v.target_oid, 'SELECT'))));
+$fn$;
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
