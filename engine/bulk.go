@@ -47,8 +47,9 @@ const bulkFactor = 4
 // maxUndrainedBatches bounds how many batches may wait behind a bulk one.
 const maxUndrainedBatches = 64
 
-// bulkBatchKeys is the key count above which a sealed batch counts as bulk.
-func bulkBatchKeys(pageSize int) int { return 8 * bulkFactor * pageSize }
+// bulkBatchKeys is the key count above which a sealed batch counts as
+// bulk: as many as one materialised bucket holds at least.
+func bulkBatchKeys(pageSize int) int { return bulkFactor * pageSize }
 
 // drainableBatchesSQL selects the batches whose buckets may be claimed:
 // every undrained batch before the first undrained truncate batch, or that
@@ -130,18 +131,29 @@ func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) erro
 }
 
 // retireBatchKeys deletes up to chunks×RetireChunk materialised keys of
-// drained batches; done when none are left.
+// drained batches (found through their keyed buckets, so the keys of a
+// bulk batch still draining are never scanned: retirement runs on the
+// staging connection, between seals), and any keys of batches already
+// retired; done when none are left.
 func (e *Engine) retireBatchKeys(ctx context.Context, conn *pgx.Conn, chunks int) (done bool, err error) {
-	for range chunks {
-		tag, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
-			SELECT k.ctid FROM %[1]s k JOIN %[2]s b ON b.seq = k.batch_seq WHERE b.state = 'drained' LIMIT %[3]d))`,
-			e.tbl("_batch_keys"), e.tbl("_batches"), e.cfg.RetireChunk))
-		if err != nil {
-			return false, err
-		}
-		if tag.RowsAffected() < int64(e.cfg.RetireChunk) {
-			return true, nil
+	for _, where := range []string{
+		fmt.Sprintf(`k.batch_seq = ANY (ARRAY(SELECT bb.batch_seq FROM %[1]s bb JOIN %[2]s b ON b.seq = bb.batch_seq
+			WHERE bb.keyed AND b.state = 'drained'))`, e.tbl("_batch_buckets"), e.tbl("_batches")),
+		fmt.Sprintf(`k.batch_seq < (SELECT min(seq) FROM %s)`, e.tbl("_batches")),
+	} {
+		for i := 0; ; i++ {
+			if i == chunks {
+				return false, nil
+			}
+			tag, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
+				SELECT k.ctid FROM %[1]s k WHERE %[2]s LIMIT %[3]d))`, e.tbl("_batch_keys"), where, e.cfg.RetireChunk))
+			if err != nil {
+				return false, err
+			}
+			if tag.RowsAffected() < int64(e.cfg.RetireChunk) {
+				break
+			}
 		}
 	}
-	return false, nil
+	return true, nil
 }

@@ -685,7 +685,8 @@ func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err err
 	if e.plant.keepLog {
 		return true, nil
 	}
-	keysDone, err := e.retireBatchKeys(ctx, conn, 20)
+	// Two chunks a pass: the seal waits while retirement runs.
+	keysDone, err := e.retireBatchKeys(ctx, conn, 2)
 	if err != nil {
 		return false, err
 	}
