@@ -113,7 +113,9 @@ func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak stri
 // query would compute for each, into _batch_keys and marks the bucket.
 func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) error {
 	t0 := time.Now()
-	defer func() { e.log.Debug("bucket keys materialised", "batch", pa.batch, "bucket", pa.bucket, "took", time.Since(t0)) }()
+	defer func() {
+		e.log.Debug("bucket keys materialised", "batch", pa.batch, "bucket", pa.bucket, "took", time.Since(t0))
+	}()
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (batch_seq, bucket, src_table, key, unknown_origin, origin_lsn, hop, staged_at, origin_at)
 		SELECT $1::int8, $3::int2, c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn), max(c.hop),
 		  min(c.staged_at), min(coalesce(c.origin_at, c.staged_at)) `, e.tbl("_batch_keys"))+
