@@ -16,6 +16,7 @@ import (
 type fakeUpstream struct {
 	ln   net.Listener
 	auth func(be *pgproto3.Backend) bool // nil: AuthenticationOk
+	hung chan struct{}                   // signalled when a "hang" Query arrives
 	wg   sync.WaitGroup
 }
 
@@ -74,8 +75,15 @@ func (f *fakeUpstream) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
-		switch m.(type) {
+		switch q := m.(type) {
 		case *pgproto3.Query:
+			if q.String == "hang" {
+				// Never answered: the session stays busy until closed.
+				if f.hung != nil {
+					f.hung <- struct{}{}
+				}
+				continue
+			}
 			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		case *pgproto3.Sync:

@@ -142,17 +142,19 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ErrServerClosed is returned by Serve after Shutdown or Close.
+// ErrServerClosed is returned by Serve after Shutdown or Close, as
+// net/http's Serve returns http.ErrServerClosed.
 var ErrServerClosed = errors.New("wire: server closed")
 
 // Serve accepts connections on ln until Shutdown or Close, and always closes
-// ln. It returns nil after Shutdown/Close, else the accept error.
+// ln. It always returns a non-nil error: ErrServerClosed after Shutdown or
+// Close, else the accept error.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		ln.Close()
-		return nil
+		return ErrServerClosed
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
@@ -170,7 +172,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			closing := s.closing
 			s.mu.Unlock()
 			if closing {
-				return nil
+				return ErrServerClosed
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporary(err)) {
@@ -192,7 +194,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.closing {
 			s.mu.Unlock()
 			conn.Close()
-			return nil
+			return ErrServerClosed
 		}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -217,7 +219,9 @@ func (s *Server) ActiveSessions() int { return int(s.active.Load()) }
 
 // Shutdown stops accepting, ends idle sessions with FATAL 57P01 at once and
 // busy ones when they become idle; when ctx ends first, the remaining
-// sessions get 57P01 and are closed. It returns when every session is gone.
+// sessions get 57P01 and are closed. It returns when every session is gone:
+// nil when they ended by themselves, ctx.Err() when ctx ended first and the
+// rest were closed (net/http's Shutdown contract).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginClose(false)
 	for {
@@ -237,7 +241,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			s.Close()
 			s.Wait()
-			return nil
+			return ctx.Err()
 		}
 	}
 }

@@ -311,7 +311,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		log.Info("workers started", "staging", cfg.Staging, "drain_workers", cfg.DrainWorkers)
 	}
 	g.Go(func() error {
-		if err := srv.Serve(ln); err != nil {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, wire.ErrServerClosed) {
 			return fmt.Errorf("serving %s: %w", cfg.Listen, err)
 		}
 		return nil
@@ -341,7 +341,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		// The drain runs on a context of its own: gctx is already done.
 		drain, cancel := context.WithTimeout(context.WithoutCancel(gctx), cfg.ShutdownGrace)
 		defer cancel()
-		return srv.Shutdown(drain)
+		if err := srv.Shutdown(drain); err != nil {
+			// The grace ran out: the sessions still busy were closed, which
+			// is what the grace is for, not a failure of the proxy.
+			log.Warn("shutdown grace ran out; busy sessions were closed", "grace", cfg.ShutdownGrace)
+		}
+		return nil
 	})
 
 	info := Info{Addr: ln.Addr(), Server: srv, Cluster: cluster, UpstreamURL: upURL}
