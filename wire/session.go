@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -27,12 +26,12 @@ type session struct {
 	log  *slog.Logger
 
 	client net.Conn
-	cr     *bufio.Reader
-	cw     *bufio.Writer // written only by the server→client pump (after startup)
+	cr     *connReader
+	cw     *connWriter // written only by the server→client pump (after startup)
 	up     net.Conn
 	upTLS  bool
-	ur     *bufio.Reader // read only by the server→client pump (after startup)
-	uw     *bufio.Writer // written by the client→server pump, or a unit it handed over to
+	ur     *connReader // read only by the server→client pump (after startup)
+	uw     *connWriter // written by the client→server pump, or a unit it handed over to
 
 	upKey pgproto3.BackendKeyData // upstream's real key, never shown to the client
 	key   pgproto3.BackendKeyData // the key the client holds: real pid, minted secret
@@ -43,7 +42,9 @@ type session struct {
 	mu         sync.Mutex
 	ready      bool
 	plan       []*planEntry
-	shutdown   int // 0 none, 1 graceful, 2 forced
+	planBuf    [2]*planEntry // plan's array while it is short
+	spare      *planEntry    // a paid upstream entry, for the next addDebt
+	shutdown   int           // 0 none, 1 graceful, 2 forced
 	unitCancel context.CancelCauseFunc
 	// leftMidUnit is set when the client left while a local unit was
 	// queued or running: the unit is (or starts) cancelled.
@@ -56,12 +57,10 @@ type session struct {
 	relayed  relayCounters
 	accepted time.Time
 
-	// The idle-size buffers, put back in ur/cr/cw/uw when a stream ends.
-	urSmall, crSmall *bufio.Reader
-	cwSmall, uwSmall *bufio.Writer
-	s2cRun           int // bytes of the current reply relayed (server→client pump)
-	c2sRun           int // bytes of the current statement's input (client→server pump)
+	s2cRun int // bytes of the current reply relayed (server→client pump)
+	c2sRun int // bytes of the current statement's input (client→server pump)
 
+	hdr  [5]byte  // writeFrame's header (server→client pump)
 	sbuf []byte   // server→client pump scratch
 	wbuf []byte   // encode scratch for synthesized frames
 	held [][]byte // async frames held while a unit borrows the upstream
@@ -351,11 +350,9 @@ func (s *session) run() string {
 		return outcome
 	}
 	up.SetDeadline(deadline)
-	s.ur = bufio.NewReaderSize(up, smallBuf) // idle sessions stay small; see growReader
-	s.uw = bufio.NewWriterSize(up, smallBuf)
-	s.cr = bufio.NewReaderSize(s.client, smallBuf)
-	s.cw = bufio.NewWriterSize(s.client, smallBuf)
-	s.urSmall, s.uwSmall, s.crSmall, s.cwSmall = s.ur, s.uw, s.cr, s.cw
+	// Pooled buffers, held only while bytes are in them (buffers.go).
+	s.ur, s.uw = newConnReader(up), newConnWriter(up)
+	s.cr, s.cw = newConnReader(s.client), newConnWriter(s.client)
 	if _, err := s.uw.Write(startup); err != nil || s.uw.Flush() != nil {
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not send startup packet to upstream server"))
 		outcome = "upstream_error"
@@ -546,10 +543,11 @@ func (s *session) noteParameterStatus(body []byte) {
 
 // writeFrame writes a frame to the client's buffer.
 func (s *session) writeFrame(typ byte, body []byte) error {
-	var h [5]byte
-	h[0] = typ
-	binary.BigEndian.PutUint32(h[1:], uint32(len(body)+4))
-	if _, err := s.cw.Write(h[:]); err != nil {
+	// The header is built in the session, not on the stack: a Write may
+	// hand its slice to the socket, which would move a local to the heap.
+	s.hdr[0] = typ
+	binary.BigEndian.PutUint32(s.hdr[1:], uint32(len(body)+4))
+	if _, err := s.cw.Write(s.hdr[:]); err != nil {
 		return err
 	}
 	_, err := s.cw.Write(body)
