@@ -276,3 +276,4 @@ func cpuMeter(b *testing.B) func() {
 		b.ReportMetric(float64(ns)/float64(b.N), "cpu-ns/op")
 	}
 }
+

@@ -190,10 +190,30 @@ func (s *session) fatalDirect(e *pgerr.Error) {
 	s.client.Write(encodeError(nil, e, false, s.log))
 }
 
-// run executes the session's phases and returns its outcome.
-func (s *session) run() string {
+// startup runs phases S0-S3 up to the first ReadyForQuery. On success
+// teardown is non-nil and undoes the session's accounting with its final
+// outcome; on failure the accounting is undone already.
+func (s *session) startup() (outcome string, teardown func(string)) {
 	srv := s.srv
+	var counted, opened bool
+	td := func(oc string) {
+		if opened {
+			srv.metrics.SessionClosed(oc)
+		}
+		if counted {
+			srv.active.Add(-1)
+		}
+	}
+	defer func() {
+		if teardown == nil {
+			td(outcome)
+		}
+	}()
 	deadline := time.Now().Add(srv.cfg.AuthTimeout)
+	// Handshakes and the dial use a context that ends with startup, so an
+	// idle session keeps no timer of it.
+	sctx, scancel := context.WithDeadline(s.ctx, deadline)
+	defer scancel()
 	// Until the startup packet only the shorter startup timeout applies.
 	s.client.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
 
@@ -208,23 +228,23 @@ func (s *session) run() string {
 			// startup length (first byte 0) would be.
 			var b [1]byte
 			if _, err := io.ReadFull(s.client, b[:]); err != nil {
-				return "client_gone"
+				return "client_gone", nil
 			}
 			if b[0] == 0x16 {
 				sslDone = true
 				cfg := srv.cfg.TLS.Clone()
 				cfg.NextProtos = []string{"postgresql"}
 				tc := tls13Server(&prefixConn{Conn: s.client, prefix: b[:]}, cfg)
-				if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
+				if err := tc.HandshakeContext(sctx); err != nil {
 					s.log.Debug("client direct TLS handshake failed", "error", err)
 					srv.metrics.TLSHandshake("failed")
-					return "client_error"
+					return "client_error", nil
 				}
 				srv.metrics.TLSHandshake("ok")
 				if tc.ConnectionState().NegotiatedProtocol != "postgresql" {
 					// Required by the protocol, so a non-Postgres TLS client
 					// cannot be confused for one (ALPN).
-					return "client_error"
+					return "client_error", nil
 				}
 				s.mu.Lock()
 				s.client = tc
@@ -239,9 +259,9 @@ func (s *session) run() string {
 			if e, ok := pgerr.As(err); ok {
 				e.Severity = pgerr.SeverityFatal
 				s.fatalDirect(e)
-				return "client_error"
+				return "client_error", nil
 			}
-			return "client_gone"
+			return "client_gone", nil
 		}
 		code := binary.BigEndian.Uint32(pkt[:4])
 		switch {
@@ -249,18 +269,18 @@ func (s *session) run() string {
 			sslDone = true
 			if srv.cfg.TLS == nil {
 				if _, err := s.client.Write([]byte{'N'}); err != nil {
-					return "client_gone"
+					return "client_gone", nil
 				}
 				continue
 			}
 			if _, err := s.client.Write([]byte{'S'}); err != nil {
-				return "client_gone"
+				return "client_gone", nil
 			}
 			tc := tls13Server(s.client, srv.cfg.TLS)
-			if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
+			if err := tc.HandshakeContext(sctx); err != nil {
 				s.log.Debug("client TLS handshake failed", "error", err)
 				srv.metrics.TLSHandshake("failed")
-				return "client_error"
+				return "client_error", nil
 			}
 			srv.metrics.TLSHandshake("ok")
 			s.mu.Lock()
@@ -270,11 +290,11 @@ func (s *session) run() string {
 		case code == protoGSSENCRequest && len(pkt) == 4 && !gssDone:
 			gssDone = true
 			if _, err := s.client.Write([]byte{'N'}); err != nil {
-				return "client_gone"
+				return "client_gone", nil
 			}
 		case code == protoCancelRequest && len(pkt) >= 12 && len(pkt) <= 8+256:
 			srv.routeCancel(binary.BigEndian.Uint32(pkt[4:8]), pkt[8:])
-			return "cancel"
+			return "cancel", nil
 		case code>>16 == 3:
 			// Keep the raw bytes: re-encoding would reorder the parameters.
 			startup = binary.BigEndian.AppendUint32(make([]byte, 0, len(pkt)+4), uint32(len(pkt)+4))
@@ -284,7 +304,7 @@ func (s *session) run() string {
 				e, _ := pgerr.As(err)
 				e.Severity = pgerr.SeverityFatal
 				s.fatalDirect(e)
-				return "client_error"
+				return "client_error", nil
 			}
 			s.info.Params = params
 			s.info.User = params["user"]
@@ -294,12 +314,12 @@ func (s *session) run() string {
 			}
 		default:
 			s.fatalDirect(fatal(pgerr.ProtocolViolation, "unsupported frontend protocol %d.%d: server supports 3.0 to 3.2", code>>16, code&0xffff))
-			return "client_error"
+			return "client_error", nil
 		}
 	}
 	if s.info.User == "" {
 		s.fatalDirect(fatal(pgerr.InvalidAuthorizationSpec, "no PostgreSQL user name specified in startup packet"))
-		return "client_error"
+		return "client_error", nil
 	}
 	s.log = s.log.With("user", s.info.User, "database", s.info.Database)
 	s.client.SetDeadline(deadline)
@@ -308,15 +328,15 @@ func (s *session) run() string {
 		srv.active.Add(-1)
 		s.fatalDirect(fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
 		srv.metrics.SessionClosed("refused")
-		return "refused"
+		return "refused", nil
 	}
-	defer srv.active.Add(-1)
+	counted = true
 	if n := srv.authing.Add(1); srv.cfg.MaxAuthenticating > 0 && n > int64(srv.cfg.MaxAuthenticating) {
 		srv.authing.Add(-1)
 		s.fatalDirect(fatal(pgerr.TooManyConnections, "sorry, too many clients authenticating already").
 			WithHint("%d sessions are still authenticating; try again in a moment", srv.cfg.MaxAuthenticating))
 		srv.metrics.SessionClosed("refused")
-		return "refused"
+		return "refused", nil
 	}
 	authing := true
 	doneAuthing := func() {
@@ -327,18 +347,17 @@ func (s *session) run() string {
 	}
 	defer doneAuthing()
 	srv.metrics.SessionOpened()
-	outcome := "ok"
-	defer func() { srv.metrics.SessionClosed(outcome) }()
+	opened = true
 
 	// S1: dial upstream.
 	dialStart := time.Now()
-	up, upTLS, err := srv.dialUpstream(s.ctxWithDeadline(deadline))
+	up, upTLS, err := srv.dialUpstream(sctx)
 	srv.metrics.UpstreamDialed(time.Since(dialStart), err == nil)
 	if err != nil {
 		s.log.Warn("dialing upstream failed", "error", err, "sqlstate", pgerr.ConnectionFailure)
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not connect to upstream server: %v", err))
 		outcome = "upstream_error"
-		return outcome
+		return outcome, nil
 	}
 	s.mu.Lock()
 	s.up, s.upTLS = up, upTLS
@@ -347,7 +366,7 @@ func (s *session) run() string {
 	if closing {
 		s.fatalDirect(fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"))
 		outcome = "shutdown"
-		return outcome
+		return outcome, nil
 	}
 	up.SetDeadline(deadline)
 	// Pooled buffers, held only while bytes are in them (buffers.go).
@@ -356,7 +375,7 @@ func (s *session) run() string {
 	if _, err := s.uw.Write(startup); err != nil || s.uw.Flush() != nil {
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not send startup packet to upstream server"))
 		outcome = "upstream_error"
-		return outcome
+		return outcome, nil
 	}
 
 	// S2/S3: authentication relay and startup tail.
@@ -369,7 +388,7 @@ func (s *session) run() string {
 		if outcome != "auth_failed" {
 			s.log.Debug("startup failed", "error", err)
 		}
-		return outcome
+		return outcome, nil
 	}
 	s.client.SetDeadline(time.Time{})
 	up.SetDeadline(time.Time{})
@@ -383,6 +402,34 @@ func (s *session) run() string {
 		s.intercept = srv.intercep
 	}
 	s.log.Debug("session ready")
+	return "ok", td
+}
+
+// run executes the session's phases and returns its outcome.
+func (s *session) run() string {
+	// Startup (TLS, dial, authentication) runs on a goroutine of its own:
+	// its stack grows deep and goes back when it ends, so an idle session
+	// keeps only the two pumps' small stacks (the idle-memory goal).
+	var (
+		outcome  string
+		teardown func(string)
+	)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("session panic", "panic", r, "stack", string(debug.Stack()))
+				outcome = "panic"
+			}
+		}()
+		outcome, teardown = s.startup()
+	}()
+	<-started
+	if teardown == nil {
+		return outcome
+	}
+	defer func() { teardown(outcome) }()
 
 	// S4: the two pumps.
 	c2sDone := make(chan struct{})
@@ -401,12 +448,6 @@ func (s *session) run() string {
 	s.cancel()
 	<-c2sDone
 	return outcome
-}
-
-func (s *session) ctxWithDeadline(dl time.Time) context.Context {
-	ctx, cancel := context.WithDeadline(s.ctx, dl)
-	context.AfterFunc(ctx, cancel) // released when it expires or the session ends
-	return ctx
 }
 
 // startupRelay relays authentication (S2) and the startup tail (S3) until the
