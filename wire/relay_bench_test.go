@@ -276,4 +276,3 @@ func cpuMeter(b *testing.B) func() {
 		b.ReportMetric(float64(ns)/float64(b.N), "cpu-ns/op")
 	}
 }
-
