@@ -211,7 +211,7 @@ type Metrics interface {
 	// duration and whether it succeeded.
 	UpstreamDialed(d time.Duration, ok bool)
 	Intercepted(kind string)
-	CancelRouted(result string) // "upstream", "local", "unknown"
+	CancelRouted(result string) // "upstream", "local", "fleet" (forwarded to the fleet's proxy its secret names), "unknown"
 	// ErrorSent reports an ErrorResponse sent to a client: relayed from
 	// upstream (source "upstream") or produced by the proxy ("proxy").
 	ErrorSent(source, sqlstate string)

@@ -17,7 +17,9 @@ type fakeUpstream struct {
 	ln   net.Listener
 	auth func(be *pgproto3.Backend) bool // nil: AuthenticationOk
 	hung chan struct{}                   // signalled when a "hang" Query arrives
-	wg   sync.WaitGroup
+	// cancels receives the CancelRequests that reach the upstream.
+	cancels chan *pgproto3.CancelRequest
+	wg      sync.WaitGroup
 }
 
 func newFakeUpstream(t testing.TB, auth func(be *pgproto3.Backend) bool) *fakeUpstream {
@@ -54,7 +56,10 @@ func (f *fakeUpstream) serve(c net.Conn) {
 	if err != nil {
 		return
 	}
-	if _, ok := msg.(*pgproto3.CancelRequest); ok {
+	if cr, ok := msg.(*pgproto3.CancelRequest); ok {
+		if f.cancels != nil {
+			f.cancels <- cr
+		}
 		return
 	}
 	if f.auth != nil {

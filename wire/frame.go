@@ -35,6 +35,10 @@ const (
 	protoSSLRequest    = 80877103
 	protoGSSENCRequest = 80877104
 	protoCancelRequest = 80877102
+	// protoForwardedCancel (1234.5690, a code Postgres does not use) is a
+	// CancelRequest one proxy of a fleet forwards to the proxy its secret
+	// names; that proxy never forwards it again.
+	protoForwardedCancel = 80877114
 )
 
 var errFrameTooLarge = errors.New("frame too large")

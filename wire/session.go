@@ -292,8 +292,8 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 			if _, err := s.client.Write([]byte{'N'}); err != nil {
 				return "client_gone", nil
 			}
-		case code == protoCancelRequest && len(pkt) >= 12 && len(pkt) <= 8+256:
-			srv.routeCancel(binary.BigEndian.Uint32(pkt[4:8]), pkt[8:])
+		case (code == protoCancelRequest || code == protoForwardedCancel) && len(pkt) >= 12 && len(pkt) <= 8+256:
+			srv.routeCancel(binary.BigEndian.Uint32(pkt[4:8]), pkt[8:], code == protoForwardedCancel)
 			return "cancel", nil
 		case code>>16 == 3:
 			// Keep the raw bytes: re-encoding would reorder the parameters.
