@@ -466,7 +466,10 @@ func isDiscardAll(sql string) bool {
 // to the upstream straight from the read buffer, without holding it whole or
 // allocating.
 func (s *session) forwardStream(hdr [5]byte, n int) error {
-	if _, err := s.uw.Write(hdr[:]); err != nil {
+	// Written from the session, not the parameter: a Write may hand its
+	// slice to the socket, which would move the parameter to the heap.
+	s.c2sHdr = hdr
+	if _, err := s.uw.Write(s.c2sHdr[:]); err != nil {
 		return err
 	}
 	for n > 0 {

@@ -60,10 +60,11 @@ type session struct {
 	s2cRun int // bytes of the current reply relayed (server→client pump)
 	c2sRun int // bytes of the current statement's input (client→server pump)
 
-	hdr  [5]byte  // writeFrame's header (server→client pump)
-	sbuf []byte   // server→client pump scratch
-	wbuf []byte   // encode scratch for synthesized frames
-	held [][]byte // async frames held while a unit borrows the upstream
+	hdr    [5]byte  // writeFrame's header (server→client pump)
+	c2sHdr [5]byte  // forwardStream's header (client→server pump)
+	sbuf   []byte   // server→client pump scratch
+	wbuf   []byte   // encode scratch for synthesized frames
+	held   [][]byte // async frames held while a unit borrows the upstream
 	// batchErr: an ErrorResponse was relayed since the latest ReadyForQuery,
 	// so upstream skips to Sync (server→client pump and its units only).
 	batchErr bool
