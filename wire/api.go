@@ -58,7 +58,10 @@ type Call struct {
 // sql string may be kept; nothing else handed over is retained by wire.
 type Interceptor interface {
 	// Classify is pure and cheap (no I/O): it runs on the client→server pump
-	// for every statement.
+	// for every statement. sql may be a view of the session's read buffer:
+	// Classify must not keep it, or anything sharing its bytes, unless it
+	// returns a Local or Rewrite route (wire then classifies a copy again
+	// and keeps only that route).
 	Classify(s *SessionInfo, sql string) Route
 	// Execute runs an intercepted statement at its barrier: every earlier
 	// reply has been relayed and nothing is in flight upstream. up is the
@@ -208,7 +211,7 @@ type Metrics interface {
 	// duration and whether it succeeded.
 	UpstreamDialed(d time.Duration, ok bool)
 	Intercepted(kind string)
-	CancelRouted(result string) // "upstream", "local", "unknown"
+	CancelRouted(result string) // "upstream", "local", "fleet" (forwarded to the fleet's proxy its secret names), "unknown"
 	// ErrorSent reports an ErrorResponse sent to a client: relayed from
 	// upstream (source "upstream") or produced by the proxy ("proxy").
 	ErrorSent(source, sqlstate string)

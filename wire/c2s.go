@@ -6,6 +6,7 @@ package wire
 import (
 	"encoding/binary"
 	"strings"
+	"unsafe"
 
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -33,13 +34,13 @@ func (s *session) clientToServer() {
 	}
 	for {
 		if s.cr.Buffered() < 5 {
-			if s.c2sRun == 0 && s.cr.Buffered() == 0 && s.cr != s.crSmall {
-				// The stream is over: give the big buffers back.
-				if shrinkWriter(&s.uw, s.uwSmall) != nil {
+			if s.c2sRun == 0 && s.cr.Buffered() == 0 && s.cr.big {
+				// The stream is over: back to small buffers.
+				if s.uw.shrink() != nil {
 					s.closeClientSide()
 					return
 				}
-				shrinkReader(&s.cr, s.crSmall)
+				s.cr.shrink()
 			}
 			if err := s.uw.Flush(); err != nil {
 				s.closeClientSide()
@@ -445,6 +446,10 @@ func (s *session) clientToServer() {
 	}
 }
 
+// lentString views b as a string without copying, for a call that does not
+// keep it (the bytes are the read buffer's and change at the next read).
+func lentString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
 func max0(n int) int {
 	if n < 0 {
 		return 0
@@ -461,16 +466,19 @@ func isDiscardAll(sql string) bool {
 // to the upstream straight from the read buffer, without holding it whole or
 // allocating.
 func (s *session) forwardStream(hdr [5]byte, n int) error {
-	if _, err := s.uw.Write(hdr[:]); err != nil {
+	// Written from the session, not the parameter: a Write may hand its
+	// slice to the socket, which would move the parameter to the heap.
+	s.c2sHdr = hdr
+	if _, err := s.uw.Write(s.c2sHdr[:]); err != nil {
 		return err
 	}
 	for n > 0 {
 		if s.cr.Buffered() == 0 {
-			if s.c2sRun > growAfter && s.cr == s.crSmall {
-				if err := growWriter(&s.uw, s.up); err != nil {
+			if s.c2sRun > growAfter && !s.cr.big {
+				if err := s.uw.grow(); err != nil {
 					return err
 				}
-				growReader(&s.cr, s.client)
+				s.cr.grow()
 			}
 			if _, err := s.cr.Peek(1); err != nil {
 				return err
@@ -528,7 +536,10 @@ func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts m
 			if !ok || stmts[string(name)] != nil {
 				return r
 			}
-			if route := s.intercept.Classify(s.info, string(query)); route.Local || route.Rewrite != "" {
+			// The text is lent, not copied: a route that keeps it (Local or
+			// Rewrite) stops the run, and the frame-by-frame path classifies
+			// a copy of its own (Interceptor.Classify).
+			if route := s.intercept.Classify(s.info, lentString(query)); route.Local || route.Rewrite != "" {
 				return r
 			}
 		case msgBind:
@@ -559,7 +570,7 @@ func (s *session) scanRouted(b []byte, max int, syncs int, pending bool, stmts m
 			if pending || len(body) > maxInspect {
 				return r
 			}
-			sql := string(body[:max0(len(body)-1)])
+			sql := lentString(body[:max0(len(body)-1)])
 			if s.intercept.Classify(s.info, sql).Local || (len(stmts) > 0 || len(portals) > 0) && isDiscardAll(sql) {
 				return r
 			}

@@ -16,7 +16,10 @@ import (
 type fakeUpstream struct {
 	ln   net.Listener
 	auth func(be *pgproto3.Backend) bool // nil: AuthenticationOk
-	wg   sync.WaitGroup
+	hung chan struct{}                   // signalled when a "hang" Query arrives
+	// cancels receives the CancelRequests that reach the upstream.
+	cancels chan *pgproto3.CancelRequest
+	wg      sync.WaitGroup
 }
 
 func newFakeUpstream(t testing.TB, auth func(be *pgproto3.Backend) bool) *fakeUpstream {
@@ -53,7 +56,10 @@ func (f *fakeUpstream) serve(c net.Conn) {
 	if err != nil {
 		return
 	}
-	if _, ok := msg.(*pgproto3.CancelRequest); ok {
+	if cr, ok := msg.(*pgproto3.CancelRequest); ok {
+		if f.cancels != nil {
+			f.cancels <- cr
+		}
 		return
 	}
 	if f.auth != nil {
@@ -74,8 +80,15 @@ func (f *fakeUpstream) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
-		switch m.(type) {
+		switch q := m.(type) {
 		case *pgproto3.Query:
+			if q.String == "hang" {
+				// Never answered: the session stays busy until closed.
+				if f.hung != nil {
+					f.hung <- struct{}{}
+				}
+				continue
+			}
 			be.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
 			be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 		case *pgproto3.Sync:

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
@@ -36,6 +35,10 @@ const (
 	protoSSLRequest    = 80877103
 	protoGSSENCRequest = 80877104
 	protoCancelRequest = 80877102
+	// protoForwardedCancel (1234.5690, a code Postgres does not use) is a
+	// CancelRequest one proxy of a fleet forwards to the proxy its secret
+	// names; that proxy never forwards it again.
+	protoForwardedCancel = 80877114
 )
 
 var errFrameTooLarge = errors.New("frame too large")
@@ -43,7 +46,7 @@ var errFrameTooLarge = errors.New("frame too large")
 // peekHeader returns the type and body length of the next frame without
 // consuming anything when it fails, so a wake-up deadline that interrupts it
 // loses no bytes.
-func peekHeader(br *bufio.Reader, max int) (typ byte, bodyLen int, err error) {
+func peekHeader(br *connReader, max int) (typ byte, bodyLen int, err error) {
 	h, err := br.Peek(5)
 	if err != nil {
 		return 0, 0, err
@@ -63,7 +66,7 @@ func peekHeader(br *bufio.Reader, max int) (typ byte, bodyLen int, err error) {
 }
 
 // readBody reads a body of n bytes into buf (grown as needed) and returns it.
-func readBody(br *bufio.Reader, buf []byte, n int) ([]byte, error) {
+func readBody(br *connReader, buf []byte, n int) ([]byte, error) {
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"io"
@@ -28,7 +27,7 @@ func FuzzFrameReader(f *testing.F) {
 	f.Add([]byte("Z\x00\x00\x00\x05IS\x00\x00\x00\x04"))
 	const max = 1 << 16
 	f.Fuzz(func(t *testing.T, data []byte) {
-		br := bufio.NewReaderSize(bytes.NewReader(data), 16)
+		br := newConnReader(bytes.NewReader(data))
 		var buf []byte
 		for {
 			_, n, err := peekHeader(br, max)

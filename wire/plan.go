@@ -113,10 +113,28 @@ func (s *session) addDebt(n int) bool {
 	if k := len(s.plan); k > 0 && s.plan[k-1].unit == nil {
 		s.plan[k-1].owed += n
 	} else {
-		s.plan = append(s.plan, &planEntry{owed: n})
+		// Reuse the entry the last paid debt left, so a round trip
+		// allocates nothing here.
+		e := s.spare
+		if e == nil {
+			e = &planEntry{}
+		}
+		s.spare = nil
+		e.owed = n
+		s.plan = append(s.plan, e)
 	}
 	s.mu.Unlock()
 	return true
+}
+
+// popFront drops the plan's first entry (callers hold s.mu); an emptied
+// plan goes back to the start of its array, so appends reuse it.
+func (s *session) popFront() {
+	s.plan[0] = nil
+	s.plan = s.plan[1:]
+	if len(s.plan) == 0 {
+		s.plan = s.planBuf[:0]
+	}
 }
 
 // endingLocked reports that shutdown ends the session now: forced, or
@@ -150,7 +168,8 @@ func (s *session) payDebt() {
 	e := s.plan[0]
 	e.owed--
 	if e.owed <= 0 {
-		s.plan = s.plan[1:]
+		s.popFront()
+		s.spare = e
 	}
 }
 
@@ -177,7 +196,7 @@ func (s *session) runPlanFront() (outcome string, end bool) {
 		err := s.runUnit(u)
 		s.mu.Lock()
 		if len(s.plan) > 0 && s.plan[0] == front {
-			s.plan = s.plan[1:]
+			s.popFront()
 		}
 		s.mu.Unlock()
 		if u.done != nil {

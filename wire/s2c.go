@@ -25,12 +25,12 @@ func (s *session) serverToClient() string {
 			return oc
 		}
 		if s.ur.Buffered() < 5 {
-			if s.s2cRun == 0 && s.ur.Buffered() == 0 && s.ur != s.urSmall {
-				// The reply is over: give the big buffers back.
-				if shrinkWriter(&s.cw, s.cwSmall) != nil {
+			if s.s2cRun == 0 && s.ur.Buffered() == 0 && s.ur.big {
+				// The reply is over: back to small buffers.
+				if s.cw.shrink() != nil {
 					return "client_gone"
 				}
-				shrinkReader(&s.ur, s.urSmall)
+				s.ur.shrink()
 			}
 			if err := s.cw.Flush(); err != nil {
 				return "client_gone"
@@ -130,11 +130,11 @@ var errClientWrite = errors.New("client write failed")
 func (s *session) copyUpstreamBody(n int) error {
 	for n > 0 {
 		if s.ur.Buffered() == 0 {
-			if s.s2cRun > growAfter && s.ur == s.urSmall {
-				if growWriter(&s.cw, s.client) != nil {
+			if s.s2cRun > growAfter && !s.ur.big {
+				if s.cw.grow() != nil {
 					return errClientWrite
 				}
-				growReader(&s.ur, s.up)
+				s.ur.grow()
 			}
 			if _, err := s.ur.Peek(1); err != nil {
 				if isTimeout(err) {

@@ -64,6 +64,13 @@ type Config struct {
 	// secret key (11 bits are used); 0 picks a random one. The process id
 	// the client sees is the upstream backend's real one (D4).
 	InstanceID uint16
+	// CancelPeers maps the instance id (11 bits) of each other proxy of a
+	// fleet to the address of its client listener. A CancelRequest whose
+	// secret names one of them (a client's cancel connection that a load
+	// balancer sent to this proxy) is forwarded there, marked as forwarded
+	// so that it is never forwarded again (no loop even when two maps
+	// disagree). Nil: such cancels are dropped, as before.
+	CancelPeers map[uint16]string
 }
 
 // Server accepts client connections and relays each to its own upstream
@@ -142,17 +149,19 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ErrServerClosed is returned by Serve after Shutdown or Close.
+// ErrServerClosed is returned by Serve after Shutdown or Close, as
+// net/http's Serve returns http.ErrServerClosed.
 var ErrServerClosed = errors.New("wire: server closed")
 
 // Serve accepts connections on ln until Shutdown or Close, and always closes
-// ln. It returns nil after Shutdown/Close, else the accept error.
+// ln. It always returns a non-nil error: ErrServerClosed after Shutdown or
+// Close, else the accept error.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		ln.Close()
-		return nil
+		return ErrServerClosed
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
@@ -170,7 +179,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			closing := s.closing
 			s.mu.Unlock()
 			if closing {
-				return nil
+				return ErrServerClosed
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporary(err)) {
@@ -192,7 +201,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.closing {
 			s.mu.Unlock()
 			conn.Close()
-			return nil
+			return ErrServerClosed
 		}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -217,7 +226,9 @@ func (s *Server) ActiveSessions() int { return int(s.active.Load()) }
 
 // Shutdown stops accepting, ends idle sessions with FATAL 57P01 at once and
 // busy ones when they become idle; when ctx ends first, the remaining
-// sessions get 57P01 and are closed. It returns when every session is gone.
+// sessions get 57P01 and are closed. It returns when every session is gone:
+// nil when they ended by themselves, ctx.Err() when ctx ended first and the
+// rest were closed (net/http's Shutdown contract).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginClose(false)
 	for {
@@ -237,7 +248,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			s.Close()
 			s.Wait()
-			return nil
+			return ctx.Err()
 		}
 	}
 }
@@ -339,12 +350,24 @@ func (s *Server) mintKey(sess *session, upstreamPID uint32, secretLen int) pgpro
 // routeCancel handles a CancelRequest: route by the secret's first 4 bytes,
 // verify the process id and compare the whole secret in constant time, then
 // cancel the local unit or forward the upstream's key.
-func (s *Server) routeCancel(pid uint32, secret []byte) {
+//
+// forwarded is set for a cancel another proxy of the fleet forwarded here:
+// it is handled or dropped, never forwarded again.
+func (s *Server) routeCancel(pid uint32, secret []byte, forwarded bool) {
 	var sess *session
 	if len(secret) >= 4 {
 		s.mu.Lock()
 		sess = s.keys[binary.BigEndian.Uint32(secret)]
 		s.mu.Unlock()
+	}
+	if sess == nil && !forwarded && len(secret) >= 4 {
+		// Not this proxy's session: another instance of the fleet may own it.
+		inst := binary.BigEndian.Uint32(secret) >> 20 & 0x7ff
+		if addr, ok := s.cfg.CancelPeers[uint16(inst)]; ok && inst<<20 != s.instance {
+			s.metrics.CancelRouted("fleet")
+			s.forwardCancel(addr, pid, secret)
+			return
+		}
 	}
 	if sess == nil || sess.key.ProcessID != pid || subtle.ConstantTimeCompare(sess.key.SecretKey, secret) != 1 {
 		s.metrics.CancelRouted("unknown")
@@ -418,6 +441,36 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, bool, error) {
 	}
 }
 
+// forwardCancel hands a CancelRequest to the fleet's proxy at addr, with
+// the forwarded request code, and waits for it to close the connection
+// (as after a CancelRequest to Postgres). The secret is passed unchanged:
+// only the owning proxy can verify it.
+func (s *Server) forwardCancel(addr string, pid uint32, secret []byte) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		s.log.Warn("cancel: dialing the fleet's proxy", "peer", addr, "error", err)
+		return
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(cancelPacket(protoForwardedCancel, pid, secret)); err != nil {
+		s.log.Warn("cancel: writing to the fleet's proxy", "peer", addr, "error", err)
+		return
+	}
+	var b [1]byte
+	conn.Read(b[:])
+}
+
+// cancelPacket encodes a CancelRequest (or the fleet's forwarded form).
+func cancelPacket(code, pid uint32, secret []byte) []byte {
+	msg := make([]byte, 0, 12+len(secret))
+	msg = binary.BigEndian.AppendUint32(msg, uint32(12+len(secret)))
+	msg = binary.BigEndian.AppendUint32(msg, code)
+	msg = binary.BigEndian.AppendUint32(msg, pid)
+	return append(msg, secret...)
+}
+
 // sendCancel opens a new upstream connection and sends a CancelRequest with
 // the upstream's real key, like pgconn's CancelRequest does.
 func (s *Server) sendCancel(key pgproto3.BackendKeyData) {
@@ -430,12 +483,7 @@ func (s *Server) sendCancel(key pgproto3.BackendKeyData) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	msg := make([]byte, 0, 16+len(key.SecretKey))
-	msg = binary.BigEndian.AppendUint32(msg, uint32(12+len(key.SecretKey)))
-	msg = binary.BigEndian.AppendUint32(msg, protoCancelRequest)
-	msg = binary.BigEndian.AppendUint32(msg, key.ProcessID)
-	msg = append(msg, key.SecretKey...)
-	if _, err := conn.Write(msg); err != nil {
+	if _, err := conn.Write(cancelPacket(protoCancelRequest, key.ProcessID, key.SecretKey)); err != nil {
 		s.log.Warn("cancel: writing upstream", "error", err)
 		return
 	}

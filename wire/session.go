@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -27,12 +26,12 @@ type session struct {
 	log  *slog.Logger
 
 	client net.Conn
-	cr     *bufio.Reader
-	cw     *bufio.Writer // written only by the server→client pump (after startup)
+	cr     *connReader
+	cw     *connWriter // written only by the server→client pump (after startup)
 	up     net.Conn
 	upTLS  bool
-	ur     *bufio.Reader // read only by the server→client pump (after startup)
-	uw     *bufio.Writer // written by the client→server pump, or a unit it handed over to
+	ur     *connReader // read only by the server→client pump (after startup)
+	uw     *connWriter // written by the client→server pump, or a unit it handed over to
 
 	upKey pgproto3.BackendKeyData // upstream's real key, never shown to the client
 	key   pgproto3.BackendKeyData // the key the client holds: real pid, minted secret
@@ -43,7 +42,9 @@ type session struct {
 	mu         sync.Mutex
 	ready      bool
 	plan       []*planEntry
-	shutdown   int // 0 none, 1 graceful, 2 forced
+	planBuf    [2]*planEntry // plan's array while it is short
+	spare      *planEntry    // a paid upstream entry, for the next addDebt
+	shutdown   int           // 0 none, 1 graceful, 2 forced
 	unitCancel context.CancelCauseFunc
 	// leftMidUnit is set when the client left while a local unit was
 	// queued or running: the unit is (or starts) cancelled.
@@ -56,15 +57,14 @@ type session struct {
 	relayed  relayCounters
 	accepted time.Time
 
-	// The idle-size buffers, put back in ur/cr/cw/uw when a stream ends.
-	urSmall, crSmall *bufio.Reader
-	cwSmall, uwSmall *bufio.Writer
-	s2cRun           int // bytes of the current reply relayed (server→client pump)
-	c2sRun           int // bytes of the current statement's input (client→server pump)
+	s2cRun int // bytes of the current reply relayed (server→client pump)
+	c2sRun int // bytes of the current statement's input (client→server pump)
 
-	sbuf []byte   // server→client pump scratch
-	wbuf []byte   // encode scratch for synthesized frames
-	held [][]byte // async frames held while a unit borrows the upstream
+	hdr    [5]byte  // writeFrame's header (server→client pump)
+	c2sHdr [5]byte  // forwardStream's header (client→server pump)
+	sbuf   []byte   // server→client pump scratch
+	wbuf   []byte   // encode scratch for synthesized frames
+	held   [][]byte // async frames held while a unit borrows the upstream
 	// batchErr: an ErrorResponse was relayed since the latest ReadyForQuery,
 	// so upstream skips to Sync (server→client pump and its units only).
 	batchErr bool
@@ -191,10 +191,30 @@ func (s *session) fatalDirect(e *pgerr.Error) {
 	s.client.Write(encodeError(nil, e, false, s.log))
 }
 
-// run executes the session's phases and returns its outcome.
-func (s *session) run() string {
+// startup runs phases S0-S3 up to the first ReadyForQuery. On success
+// teardown is non-nil and undoes the session's accounting with its final
+// outcome; on failure the accounting is undone already.
+func (s *session) startup() (outcome string, teardown func(string)) {
 	srv := s.srv
+	var counted, opened bool
+	td := func(oc string) {
+		if opened {
+			srv.metrics.SessionClosed(oc)
+		}
+		if counted {
+			srv.active.Add(-1)
+		}
+	}
+	defer func() {
+		if teardown == nil {
+			td(outcome)
+		}
+	}()
 	deadline := time.Now().Add(srv.cfg.AuthTimeout)
+	// Handshakes and the dial use a context that ends with startup, so an
+	// idle session keeps no timer of it.
+	sctx, scancel := context.WithDeadline(s.ctx, deadline)
+	defer scancel()
 	// Until the startup packet only the shorter startup timeout applies.
 	s.client.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
 
@@ -209,23 +229,23 @@ func (s *session) run() string {
 			// startup length (first byte 0) would be.
 			var b [1]byte
 			if _, err := io.ReadFull(s.client, b[:]); err != nil {
-				return "client_gone"
+				return "client_gone", nil
 			}
 			if b[0] == 0x16 {
 				sslDone = true
 				cfg := srv.cfg.TLS.Clone()
 				cfg.NextProtos = []string{"postgresql"}
 				tc := tls13Server(&prefixConn{Conn: s.client, prefix: b[:]}, cfg)
-				if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
+				if err := tc.HandshakeContext(sctx); err != nil {
 					s.log.Debug("client direct TLS handshake failed", "error", err)
 					srv.metrics.TLSHandshake("failed")
-					return "client_error"
+					return "client_error", nil
 				}
 				srv.metrics.TLSHandshake("ok")
 				if tc.ConnectionState().NegotiatedProtocol != "postgresql" {
 					// Required by the protocol, so a non-Postgres TLS client
 					// cannot be confused for one (ALPN).
-					return "client_error"
+					return "client_error", nil
 				}
 				s.mu.Lock()
 				s.client = tc
@@ -240,9 +260,9 @@ func (s *session) run() string {
 			if e, ok := pgerr.As(err); ok {
 				e.Severity = pgerr.SeverityFatal
 				s.fatalDirect(e)
-				return "client_error"
+				return "client_error", nil
 			}
-			return "client_gone"
+			return "client_gone", nil
 		}
 		code := binary.BigEndian.Uint32(pkt[:4])
 		switch {
@@ -250,18 +270,18 @@ func (s *session) run() string {
 			sslDone = true
 			if srv.cfg.TLS == nil {
 				if _, err := s.client.Write([]byte{'N'}); err != nil {
-					return "client_gone"
+					return "client_gone", nil
 				}
 				continue
 			}
 			if _, err := s.client.Write([]byte{'S'}); err != nil {
-				return "client_gone"
+				return "client_gone", nil
 			}
 			tc := tls13Server(s.client, srv.cfg.TLS)
-			if err := tc.HandshakeContext(s.ctxWithDeadline(deadline)); err != nil {
+			if err := tc.HandshakeContext(sctx); err != nil {
 				s.log.Debug("client TLS handshake failed", "error", err)
 				srv.metrics.TLSHandshake("failed")
-				return "client_error"
+				return "client_error", nil
 			}
 			srv.metrics.TLSHandshake("ok")
 			s.mu.Lock()
@@ -271,11 +291,11 @@ func (s *session) run() string {
 		case code == protoGSSENCRequest && len(pkt) == 4 && !gssDone:
 			gssDone = true
 			if _, err := s.client.Write([]byte{'N'}); err != nil {
-				return "client_gone"
+				return "client_gone", nil
 			}
-		case code == protoCancelRequest && len(pkt) >= 12 && len(pkt) <= 8+256:
-			srv.routeCancel(binary.BigEndian.Uint32(pkt[4:8]), pkt[8:])
-			return "cancel"
+		case (code == protoCancelRequest || code == protoForwardedCancel) && len(pkt) >= 12 && len(pkt) <= 8+256:
+			srv.routeCancel(binary.BigEndian.Uint32(pkt[4:8]), pkt[8:], code == protoForwardedCancel)
+			return "cancel", nil
 		case code>>16 == 3:
 			// Keep the raw bytes: re-encoding would reorder the parameters.
 			startup = binary.BigEndian.AppendUint32(make([]byte, 0, len(pkt)+4), uint32(len(pkt)+4))
@@ -285,7 +305,7 @@ func (s *session) run() string {
 				e, _ := pgerr.As(err)
 				e.Severity = pgerr.SeverityFatal
 				s.fatalDirect(e)
-				return "client_error"
+				return "client_error", nil
 			}
 			s.info.Params = params
 			s.info.User = params["user"]
@@ -295,12 +315,12 @@ func (s *session) run() string {
 			}
 		default:
 			s.fatalDirect(fatal(pgerr.ProtocolViolation, "unsupported frontend protocol %d.%d: server supports 3.0 to 3.2", code>>16, code&0xffff))
-			return "client_error"
+			return "client_error", nil
 		}
 	}
 	if s.info.User == "" {
 		s.fatalDirect(fatal(pgerr.InvalidAuthorizationSpec, "no PostgreSQL user name specified in startup packet"))
-		return "client_error"
+		return "client_error", nil
 	}
 	s.log = s.log.With("user", s.info.User, "database", s.info.Database)
 	s.client.SetDeadline(deadline)
@@ -309,15 +329,15 @@ func (s *session) run() string {
 		srv.active.Add(-1)
 		s.fatalDirect(fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
 		srv.metrics.SessionClosed("refused")
-		return "refused"
+		return "refused", nil
 	}
-	defer srv.active.Add(-1)
+	counted = true
 	if n := srv.authing.Add(1); srv.cfg.MaxAuthenticating > 0 && n > int64(srv.cfg.MaxAuthenticating) {
 		srv.authing.Add(-1)
 		s.fatalDirect(fatal(pgerr.TooManyConnections, "sorry, too many clients authenticating already").
 			WithHint("%d sessions are still authenticating; try again in a moment", srv.cfg.MaxAuthenticating))
 		srv.metrics.SessionClosed("refused")
-		return "refused"
+		return "refused", nil
 	}
 	authing := true
 	doneAuthing := func() {
@@ -328,18 +348,17 @@ func (s *session) run() string {
 	}
 	defer doneAuthing()
 	srv.metrics.SessionOpened()
-	outcome := "ok"
-	defer func() { srv.metrics.SessionClosed(outcome) }()
+	opened = true
 
 	// S1: dial upstream.
 	dialStart := time.Now()
-	up, upTLS, err := srv.dialUpstream(s.ctxWithDeadline(deadline))
+	up, upTLS, err := srv.dialUpstream(sctx)
 	srv.metrics.UpstreamDialed(time.Since(dialStart), err == nil)
 	if err != nil {
 		s.log.Warn("dialing upstream failed", "error", err, "sqlstate", pgerr.ConnectionFailure)
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not connect to upstream server: %v", err))
 		outcome = "upstream_error"
-		return outcome
+		return outcome, nil
 	}
 	s.mu.Lock()
 	s.up, s.upTLS = up, upTLS
@@ -348,18 +367,16 @@ func (s *session) run() string {
 	if closing {
 		s.fatalDirect(fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"))
 		outcome = "shutdown"
-		return outcome
+		return outcome, nil
 	}
 	up.SetDeadline(deadline)
-	s.ur = bufio.NewReaderSize(up, smallBuf) // idle sessions stay small; see growReader
-	s.uw = bufio.NewWriterSize(up, smallBuf)
-	s.cr = bufio.NewReaderSize(s.client, smallBuf)
-	s.cw = bufio.NewWriterSize(s.client, smallBuf)
-	s.urSmall, s.uwSmall, s.crSmall, s.cwSmall = s.ur, s.uw, s.cr, s.cw
+	// Pooled buffers, held only while bytes are in them (buffers.go).
+	s.ur, s.uw = newConnReader(up), newConnWriter(up)
+	s.cr, s.cw = newConnReader(s.client), newConnWriter(s.client)
 	if _, err := s.uw.Write(startup); err != nil || s.uw.Flush() != nil {
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not send startup packet to upstream server"))
 		outcome = "upstream_error"
-		return outcome
+		return outcome, nil
 	}
 
 	// S2/S3: authentication relay and startup tail.
@@ -372,7 +389,7 @@ func (s *session) run() string {
 		if outcome != "auth_failed" {
 			s.log.Debug("startup failed", "error", err)
 		}
-		return outcome
+		return outcome, nil
 	}
 	s.client.SetDeadline(time.Time{})
 	up.SetDeadline(time.Time{})
@@ -386,6 +403,34 @@ func (s *session) run() string {
 		s.intercept = srv.intercep
 	}
 	s.log.Debug("session ready")
+	return "ok", td
+}
+
+// run executes the session's phases and returns its outcome.
+func (s *session) run() string {
+	// Startup (TLS, dial, authentication) runs on a goroutine of its own:
+	// its stack grows deep and goes back when it ends, so an idle session
+	// keeps only the two pumps' small stacks (the idle-memory goal).
+	var (
+		outcome  string
+		teardown func(string)
+	)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("session panic", "panic", r, "stack", string(debug.Stack()))
+				outcome = "panic"
+			}
+		}()
+		outcome, teardown = s.startup()
+	}()
+	<-started
+	if teardown == nil {
+		return outcome
+	}
+	defer func() { teardown(outcome) }()
 
 	// S4: the two pumps.
 	c2sDone := make(chan struct{})
@@ -404,12 +449,6 @@ func (s *session) run() string {
 	s.cancel()
 	<-c2sDone
 	return outcome
-}
-
-func (s *session) ctxWithDeadline(dl time.Time) context.Context {
-	ctx, cancel := context.WithDeadline(s.ctx, dl)
-	context.AfterFunc(ctx, cancel) // released when it expires or the session ends
-	return ctx
 }
 
 // startupRelay relays authentication (S2) and the startup tail (S3) until the
@@ -546,10 +585,11 @@ func (s *session) noteParameterStatus(body []byte) {
 
 // writeFrame writes a frame to the client's buffer.
 func (s *session) writeFrame(typ byte, body []byte) error {
-	var h [5]byte
-	h[0] = typ
-	binary.BigEndian.PutUint32(h[1:], uint32(len(body)+4))
-	if _, err := s.cw.Write(h[:]); err != nil {
+	// The header is built in the session, not on the stack: a Write may
+	// hand its slice to the socket, which would move a local to the heap.
+	s.hdr[0] = typ
+	binary.BigEndian.PutUint32(s.hdr[1:], uint32(len(body)+4))
+	if _, err := s.cw.Write(s.hdr[:]); err != nil {
 		return err
 	}
 	_, err := s.cw.Write(body)

@@ -115,6 +115,8 @@ func newFlagSet(cfg *proxy.Config) (*flag.FlagSet, map[string]string) {
 	num(&cfg.MaxClientConns, "max-client-conns", "proxy", "refuse clients beyond this with 53300 (0: no limit)")
 	num(&cfg.MaxAuthenticating, "max-authenticating", "proxy", "refuse clients with 53300 while this many others are still authenticating (0: no limit); set it below --max-client-conns where untrusted clients can reach the port")
 	num(&cfg.MaxMessageSize, "max-message-size", "proxy", "largest client message in bytes (0: 1 GiB)")
+	num(&cfg.InstanceID, "instance-id", "proxy", "this proxy's id (1-2047) in the cancel keys it mints (0: random); give each proxy of a fleet its own")
+	str(&cfg.CancelPeers, "cancel-peers", "proxy", "the fleet's other proxies as id=host:port,... (their --instance-id and --listen): a cancel that reaches this proxy for one of their sessions is forwarded there")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "time client sessions get at shutdown")
 	groups["shutdown-grace"] = "proxy"
 	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", cfg.AuthTimeout, "time a client gets to finish startup and authentication")

@@ -89,6 +89,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		"upstream": cancels.WithLabelValues("forwarded"),
 		"local":    cancels.WithLabelValues("local"),
 		"unknown":  cancels.WithLabelValues("unknown_key"),
+		"fleet":    cancels.WithLabelValues("fleet"),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trellis_proxy_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "go_version"})
 	build.WithLabelValues(Version, runtime.Version()).Set(1)

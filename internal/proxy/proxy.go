@@ -45,7 +45,9 @@ type Config struct {
 	LogLevel          string
 	LogFormat         string
 	MaxClientConns    int
-	MaxAuthenticating int // 0: no cap
+	MaxAuthenticating int    // 0: no cap
+	InstanceID        int    // 1-2047, this proxy's id in the cancel keys it mints; 0: random
+	CancelPeers       string // "id=host:port,...": the fleet's other proxies, for cancels
 	MaxMessageSize    int
 	AuthTimeout       time.Duration
 	ShutdownGrace     time.Duration
@@ -154,6 +156,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PoolMaxSize < 1 {
 		return &FlagError{"pool-max-size", "must be >= 1"}
+	}
+	if c.InstanceID < 0 || c.InstanceID > 2047 {
+		return &FlagError{"instance-id", "must be between 0 and 2047"}
+	}
+	if _, err := c.cancelPeers(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		flag string
@@ -285,9 +293,14 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		interceptor = timedInterceptor{Interceptor: interceptor, m: metrics}
 	}
 
+	peers, err := cfg.cancelPeers()
+	if err != nil {
+		return err
+	}
 	srv, err := wire.NewServer(wire.Config{
 		Upstream: upCfg, TLS: tlsCfg, Interceptor: interceptor, Logger: log.With("component", "wire"), Metrics: metrics,
 		MaxClientConns: cfg.MaxClientConns, MaxAuthenticating: cfg.MaxAuthenticating, MaxMessageSize: cfg.MaxMessageSize, AuthTimeout: cfg.AuthTimeout,
+		InstanceID: uint16(cfg.InstanceID), CancelPeers: peers,
 	})
 	if err != nil {
 		return err
@@ -311,7 +324,7 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		log.Info("workers started", "staging", cfg.Staging, "drain_workers", cfg.DrainWorkers)
 	}
 	g.Go(func() error {
-		if err := srv.Serve(ln); err != nil {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, wire.ErrServerClosed) {
 			return fmt.Errorf("serving %s: %w", cfg.Listen, err)
 		}
 		return nil
@@ -341,7 +354,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		// The drain runs on a context of its own: gctx is already done.
 		drain, cancel := context.WithTimeout(context.WithoutCancel(gctx), cfg.ShutdownGrace)
 		defer cancel()
-		return srv.Shutdown(drain)
+		if err := srv.Shutdown(drain); err != nil {
+			// The grace ran out: the sessions still busy were closed, which
+			// is what the grace is for, not a failure of the proxy.
+			log.Warn("shutdown grace ran out; busy sessions were closed", "grace", cfg.ShutdownGrace)
+		}
+		return nil
 	})
 
 	info := Info{Addr: ln.Addr(), Server: srv, Cluster: cluster, UpstreamURL: upURL}
@@ -561,4 +579,28 @@ func Migrate(ctx context.Context, cfg Config, log *slog.Logger) (string, error) 
 	}
 	defer side.close()
 	return side.migrate(ctx)
+}
+
+// cancelPeers parses --cancel-peers: "id=host:port" items, comma separated,
+// each id a fleet proxy's --instance-id other than this one's.
+func (c *Config) cancelPeers() (map[uint16]string, error) {
+	if strings.TrimSpace(c.CancelPeers) == "" {
+		return nil, nil
+	}
+	if c.InstanceID == 0 {
+		return nil, &FlagError{"cancel-peers", "needs --instance-id, so that the peers can tell this proxy's keys from theirs"}
+	}
+	peers := map[uint16]string{}
+	for _, item := range strings.Split(c.CancelPeers, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		n, err := strconv.Atoi(id)
+		if !ok || err != nil || n < 1 || n > 2047 || n == c.InstanceID {
+			return nil, &FlagError{"cancel-peers", fmt.Sprintf("%q: want id=host:port with an id from 1 to 2047 other than --instance-id", item)}
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, &FlagError{"cancel-peers", fmt.Sprintf("%q: %v", item, err)}
+		}
+		peers[uint16(n)] = addr
+	}
+	return peers, nil
 }

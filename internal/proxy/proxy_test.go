@@ -65,6 +65,10 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Staging = "maybe" }, "staging"},
 		{func(c *Config) { c.Upstream = "postgres://a@b/c?sslmode=bogus" }, "upstream"},
 		{func(c *Config) { c.PoolMaxSize = 0 }, "pool-max-size"},
+		{func(c *Config) { c.InstanceID = 2048 }, "instance-id"},
+		{func(c *Config) { c.CancelPeers = "2=127.0.0.1:6433" }, "cancel-peers"},
+		{func(c *Config) { c.InstanceID, c.CancelPeers = 1, "1=127.0.0.1:6433" }, "cancel-peers"},
+		{func(c *Config) { c.InstanceID, c.CancelPeers = 1, "2=nohostport" }, "cancel-peers"},
 	} {
 		cfg := Default()
 		c.mod(&cfg)
@@ -82,5 +86,9 @@ func TestValidate(t *testing.T) {
 	cfg = Default()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	cfg.InstanceID, cfg.CancelPeers = 1, "2=10.0.0.2:6432, 3=[::1]:6432"
+	if peers, err := cfg.cancelPeers(); err != nil || len(peers) != 2 || peers[3] != "[::1]:6432" {
+		t.Fatalf("cancel peers: %v %v", peers, err)
 	}
 }
