@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // compiledDef is a definition's generated SQL, cached by (id, version).
@@ -92,9 +94,9 @@ func (cd *compiledDef) refreshSQL(cols []string) string {
 		if !ok {
 			continue
 		}
-		sets = append(sets, ident(col)+" = "+v)
+		sets = append(sets, base.Ident(col)+" = "+v)
 		// Renderings, not =: numeric 1.5 and 1.50 differ.
-		diffs = append(diffs, "t2."+ident(col)+"::text IS DISTINCT FROM ("+v+")::text")
+		diffs = append(diffs, "t2."+base.Ident(col)+"::text IS DISTINCT FROM ("+v+")::text")
 	}
 	if len(sets) == 0 {
 		return ""
@@ -143,8 +145,8 @@ func (cd *compiledDef) generate() {
 	cd.lockInsert = "INSERT INTO " + c.ledger() + ` (k) SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k COLLATE "C" ON CONFLICT (k) DO NOTHING`
 	cd.lockSelect = "SELECT count(*) FROM (SELECT k FROM " + c.ledger() + ` WHERE k = ANY($1::text[]) ORDER BY k COLLATE "C" FOR UPDATE) l`
 	_, unnest, _ := keyArgs(nil, c.Key, c.KeyNullable)
-	src := c.source() + " AS " + ident(SourceAlias)
-	lookup := keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)
+	src := c.source() + " AS " + base.Ident(SourceAlias)
+	lookup := keyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)
 	if !c.Spec.IsAggregate() {
 		var fields []Field
 		cd.fieldProbe = map[string]string{}
@@ -155,19 +157,21 @@ func (cd *compiledDef) generate() {
 			}
 		}
 		nk, nf := len(c.Key), len(fields)
-		tcols := joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ")
+		tcols := joinf(nk, func(i int) string { return base.Ident(c.Key[i].Name) }, ", ")
 		if nf > 0 {
-			tcols += ", " + joinf(nf, func(i int) string { return ident(fields[i].Name) }, ", ")
+			tcols += ", " + joinf(nf, func(i int) string { return base.Ident(fields[i].Name) }, ", ")
 		}
 		sel := joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
 		if nf > 0 {
 			sel += ", " + joinf(nf, func(i int) string { return "__f" + itoa(i) }, ", ")
 		}
-		set := joinf(nk, func(i int) string { n := ident(c.Key[i].Name); return n + " = excluded." + n }, ", ")
+		set := joinf(nk, func(i int) string { n := base.Ident(c.Key[i].Name); return n + " = excluded." + n }, ", ")
 		if nf > 0 {
-			set += ", " + joinf(nf, func(i int) string { n := ident(fields[i].Name); return n + " = excluded." + n }, ", ")
+			set += ", " + joinf(nf, func(i int) string { n := base.Ident(fields[i].Name); return n + " = excluded." + n }, ", ")
 		}
-		liveCols := joinf(nk, func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " AS __p" + itoa(i) }, ", ")
+		liveCols := joinf(nk, func(i int) string {
+			return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " AS __p" + itoa(i)
+		}, ", ")
 		if nf > 0 {
 			liveCols += ", " + joinf(nf, func(i int) string { return "(" + fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
 		}
@@ -177,15 +181,15 @@ func (cd *compiledDef) generate() {
 		// of that name, not the row (D21: no field name may collide with
 		// the generated SQL's aliases).
 		written := func(alias string) string {
-			return "ROW(" + joinf(nk, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ") +
-				joinf(nf, func(i int) string { return ", " + alias + "." + ident(fields[i].Name) }, "") + ")"
+			return "ROW(" + joinf(nk, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ") +
+				joinf(nf, func(i int) string { return ", " + alias + "." + base.Ident(fields[i].Name) }, "") + ")"
 		}
 		changed := "record_image_ne(" + written("t") + ", " + written("excluded") + ")"
 		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
 up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM live ORDER BY __k COLLATE "C"
-       ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO UPDATE SET ` + set + `
+       ON CONFLICT (` + joinf(nk, func(i int) string { return base.Ident(c.Key[i].Name) }, ", ") + `) DO UPDATE SET ` + set + `
        WHERE ` + changed + ` RETURNING 1),
 del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
 DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
@@ -201,18 +205,18 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			r := &cd.rebuild
 			r.live = `SELECT ` + liveCols + ` FROM ` + src
 			if nf > 0 {
-				r.set = joinf(nf, func(i int) string { return ident(fields[i].Name) + " = live.__f" + itoa(i) }, ", ")
+				r.set = joinf(nf, func(i int) string { return base.Ident(fields[i].Name) + " = live.__f" + itoa(i) }, ", ")
 				r.diff = joinf(nf, func(i int) string {
-					return "t2." + ident(fields[i].Name) + "::text IS DISTINCT FROM live.__f" + itoa(i) + "::text"
+					return "t2." + base.Ident(fields[i].Name) + "::text IS DISTINCT FROM live.__f" + itoa(i) + "::text"
 				}, " OR ")
 			}
-			r.keyEq = joinf(nk, func(i int) string { return "t2." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
+			r.keyEq = joinf(nk, func(i int) string { return "t2." + base.Ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
 			r.insert = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel
 			r.order = joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
 		}
 		if c.KeyNullable {
 			// One chunk (no range), a NULL-safe match no anti-join can hash.
-			cd.freshTail = `) live ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO NOTHING`
+			cd.freshTail = `) live ON CONFLICT (` + joinf(nk, func(i int) string { return base.Ident(c.Key[i].Name) }, ", ") + `) DO NOTHING`
 			return
 		}
 		// A plain insert of the keys the target lacks, not ON CONFLICT DO
@@ -221,7 +225,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		// the target (the rows pages wrote there), never the whole growing
 		// target, which made an unbounded NOT EXISTS quadratic over a build.
 		cd.freshMid = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.target() + ` AS t2 WHERE `
-		cd.freshTail = joinf(nk, func(i int) string { return "t2." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
+		cd.freshTail = joinf(nk, func(i int) string { return "t2." + base.Ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
 		return
 	}
 
@@ -247,7 +251,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	}
 	if c.NeedSrcKey {
 		for i, k := range c.Key {
-			liveCols += ", " + ident(SourceAlias) + "." + ident(k.Name) + " AS sk" + itoa(i)
+			liveCols += ", " + base.Ident(SourceAlias) + "." + base.Ident(k.Name) + " AS sk" + itoa(i)
 		}
 	}
 	setLedger := "member = w.member, " + joinf(ng, func(i int) string { return "g" + itoa(i) + " = w.g" + itoa(i) }, ", ")
@@ -259,7 +263,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			setLedger += ", sk" + itoa(i) + " = w.sk" + itoa(i)
 		}
 	}
-	gcols := joinf(ng, func(i int) string { return ident(c.Spec.GroupBy[i].Name) }, ", ")
+	gcols := joinf(ng, func(i int) string { return base.Ident(c.Spec.GroupBy[i].Name) }, ", ")
 	// Deltas per group; memberCols are the same sums over members only
 	// (every sign 1), cheaper aggregates for a GROUP BY over the ledger.
 	dcols := []string{"sum(sign) AS dm"}
@@ -271,24 +275,24 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		ai := "a" + itoa(i)
 		dcols = append(dcols, "sum(CASE WHEN "+ai+" IS NULL THEN 0 ELSE sign END) AS dc"+itoa(i))
 		memberCols = append(memberCols, "count("+ai+") AS dc"+itoa(i))
-		insCols = append(insCols, ident("__cnt"+itoa(i)))
+		insCols = append(insCols, base.Ident("__cnt"+itoa(i)))
 		insVals = append(insVals, "dc"+itoa(i))
-		set = append(set, ident("__cnt"+itoa(i))+" = t."+ident("__cnt"+itoa(i))+" + excluded."+ident("__cnt"+itoa(i)))
+		set = append(set, base.Ident("__cnt"+itoa(i))+" = t."+base.Ident("__cnt"+itoa(i))+" + excluded."+base.Ident("__cnt"+itoa(i)))
 		if a.NeedSum {
 			z := "CAST('0' AS " + a.SumType + ")"
 			// Subtracting the negative part keeps a type's minimum from overflowing on negation.
 			dcols = append(dcols, "coalesce(sum("+ai+") FILTER (WHERE sign > 0), "+z+") - coalesce(sum("+ai+") FILTER (WHERE sign < 0), "+z+") AS ds"+itoa(i))
 			memberCols = append(memberCols, "coalesce(sum("+ai+"), "+z+") AS ds"+itoa(i))
-			insCols = append(insCols, ident("__sum"+itoa(i)))
+			insCols = append(insCols, base.Ident("__sum"+itoa(i)))
 			insVals = append(insVals, "ds"+itoa(i))
-			set = append(set, ident("__sum"+itoa(i))+" = t."+ident("__sum"+itoa(i))+" + excluded."+ident("__sum"+itoa(i)))
+			set = append(set, base.Ident("__sum"+itoa(i))+" = t."+base.Ident("__sum"+itoa(i))+" + excluded."+base.Ident("__sum"+itoa(i)))
 		}
 		if a.NeedTrue {
 			dcols = append(dcols, "sum(CASE WHEN "+ai+" THEN sign ELSE 0 END) AS dt"+itoa(i))
 			memberCols = append(memberCols, "count(*) FILTER (WHERE "+ai+") AS dt"+itoa(i))
-			insCols = append(insCols, ident("__true"+itoa(i)))
+			insCols = append(insCols, base.Ident("__true"+itoa(i)))
 			insVals = append(insVals, "dt"+itoa(i))
-			set = append(set, ident("__true"+itoa(i))+" = t."+ident("__true"+itoa(i))+" + excluded."+ident("__true"+itoa(i)))
+			set = append(set, base.Ident("__true"+itoa(i))+" = t."+base.Ident("__true"+itoa(i))+" + excluded."+base.Ident("__true"+itoa(i)))
 		}
 	}
 	// acc reads an accumulator: a new group's delta, an existing group's
@@ -299,7 +303,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		accOwn
 	)
 	acc := func(mode int, what string, i int) string {
-		col := map[string]string{"m": `"__members"`, "c": ident("__cnt" + itoa(i)), "s": ident("__sum" + itoa(i)), "t": ident("__true" + itoa(i))}[what]
+		col := map[string]string{"m": `"__members"`, "c": base.Ident("__cnt" + itoa(i)), "s": base.Ident("__sum" + itoa(i)), "t": base.Ident("__true" + itoa(i))}[what]
 		switch mode {
 		case accNew:
 			return map[string]string{"m": "dm", "c": "dc" + itoa(i), "s": "ds" + itoa(i), "t": "dt" + itoa(i)}[what]
@@ -338,12 +342,12 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			recompute = append(recompute, i)
 			continue
 		}
-		insCols = append(insCols, ident(f.Name))
+		insCols = append(insCols, base.Ident(f.Name))
 		insVals = append(insVals, incExpr(f, c.FieldArg[i], accNew))
-		set = append(set, ident(f.Name)+" = "+incExpr(f, c.FieldArg[i], accUpsert))
+		set = append(set, base.Ident(f.Name)+" = "+incExpr(f, c.FieldArg[i], accUpsert))
 	}
 	groupMatch := joinf(ng, func(i int) string {
-		g := "t2." + ident(c.Spec.GroupBy[i].Name)
+		g := "t2." + base.Ident(c.Spec.GroupBy[i].Name)
 		e := "e.g" + itoa(i)
 		return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
 	}, " AND ")
@@ -406,7 +410,7 @@ RETURNING t.ctid`
 	// member; keys the source lacks are the sweep's. The update finds the
 	// entries old read by their tuple ids (no second index descent per key;
 	// the chunk's lock keeps them where they are).
-	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
+	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
 	cd.rebuildAgg.tail = `),
 old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
 upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM live w
@@ -430,7 +434,7 @@ SELECT (SELECT count(*) FROM live), coalesce(array_agg(ctid), '{}') FROM tg`
 	// a plain insert, because ON CONFLICT's speculative insertion cost
 	// about twice the insert itself.
 	cd.freshHead = `INSERT INTO ` + c.ledger() + ` (` + lcols + `)
-SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
+SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM (SELECT ` + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
 	cd.freshTail = `) live
 WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER BY k COLLATE "C"`
 	// Every group from its members, as derive's increments would leave it
@@ -440,7 +444,7 @@ WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER B
 	gvals = append(gvals, insVals...)
 	var raggs []string
 	for _, i := range recompute {
-		gcolsAll = append(gcolsAll, ident(c.Spec.Fields[i].Name))
+		gcolsAll = append(gcolsAll, base.Ident(c.Spec.Fields[i].Name))
 		gvals = append(gvals, "__r"+itoa(i))
 		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+itoa(i))
 	}
@@ -467,7 +471,7 @@ ORDER BY ` + gs("")
 ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(rset, ", ") + ` WHERE record_image_ne(` + row("t") + `, ` + row("excluded") + `)`
 	tk, _ := c.targetIdentity()
 	cd.pruneSQL = `DELETE FROM ` + c.target() + ` AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT ` +
-		joinf(ng, func(i int) string { return "g" + itoa(i) + " AS " + ident(c.Spec.GroupBy[i].Name) }, ", ") + ` FROM ` + c.ledger() +
+		joinf(ng, func(i int) string { return "g" + itoa(i) + " AS " + base.Ident(c.Spec.GroupBy[i].Name) }, ", ") + ` FROM ` + c.ledger() +
 		` WHERE member) e WHERE ` + keySQL("e", tk, true) + ` = ` + keySQL("t", tk, true) + `)`
 	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
 	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
@@ -475,7 +479,7 @@ ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(rset, ", ") + ` WHERE
 		var subs, sets, diffs []string
 		for _, i := range recompute {
 			f := c.Spec.Fields[i]
-			name := ident(f.Name)
+			name := base.Ident(f.Name)
 			subs = append(subs, recomputeAgg(i, true)+" AS __r"+itoa(i))
 			sets = append(sets, name+" = m.__r"+itoa(i))
 			// Renderings, not =: numeric 1.5 and 1.50 differ.

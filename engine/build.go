@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
@@ -211,12 +214,12 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if done < 0 {
 		// In key order, so that a step stopped by its budget leaves the
 		// rest of the range, (last applied key, hi], to the next step.
-		q := "SELECT " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.source() + " AS " + ident(SourceAlias) + where
+		q := "SELECT " + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.source() + " AS " + base.Ident(SourceAlias) + where
 		until := stepEnd
 		if c.KeyNullable {
 			until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
 		} else {
-			q += " ORDER BY " + joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+			q += " ORDER BY " + joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 		}
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
@@ -267,7 +270,7 @@ func (e *Engine) freshChunkRows(c *compiled, heap bool) int {
 // rangeWhere renders " WHERE key > lo AND key <= hi" over the source alias,
 // comparing typed key columns as a row; parameters start at $first.
 func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []any) {
-	conds, args := e.rangeConds(c, ident(SourceAlias), lo, hi, first)
+	conds, args := e.rangeConds(c, base.Ident(SourceAlias), lo, hi, first)
 	if len(conds) == 0 {
 		return "", nil
 	}
@@ -281,7 +284,7 @@ func (e *Engine) rangeConds(c *compiled, alias string, lo, hi *string, first int
 	}
 	var conds []string
 	var args []any
-	cols := joinf(len(c.Key), func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ")
+	cols := joinf(len(c.Key), func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
 	bound := func(k string, op string) {
 		parts, _ := decodeKey(k, len(c.Key), false)
 		var ps []string
@@ -333,10 +336,10 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 			return 0, nil, false, err
 		}
 	}
-	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
-	orderW := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " DESC" }, ", ")
-	from := " FROM " + c.source() + " AS " + ident(SourceAlias)
-	key := keySQL(ident(SourceAlias), c.Key, false)
+	order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+	orderW := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " DESC" }, ", ")
+	from := " FROM " + c.source() + " AS " + base.Ident(SourceAlias)
+	key := keySQL(base.Ident(SourceAlias), c.Key, false)
 	for step := 0; ; step++ {
 		// Bounded by keys and by the step budget (each chunk boundary is
 		// an index walk of a chunk's keys), at least one chunk a step.
@@ -393,7 +396,7 @@ func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledD
 	var all []string
 	err := tx.QueryRow(ctx, `SELECT greatest(cl.reltuples, 0)::float8,
 		  coalesce((SELECT array_agg(`+keySQL("h", c.Key, false)+` ORDER BY h.i)
-		    FROM unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS h(`+ident(k.Name)+`, i)), '{}')
+		    FROM unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS h(`+base.Ident(k.Name)+`, i)), '{}')
 		FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
 		LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited
 		WHERE cl.oid = to_regclass($1)`, c.source(), k.Name).Scan(&reltuples, &all)
@@ -639,7 +642,7 @@ func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, cla
 	}
 	var older bool
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE format < $1 AND last_seen > now() - $2::interval)`,
-		e.tbl("_workers")), formatVersion, fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds())).Scan(&older); err != nil || older {
+		e.tbl("_workers")), catalog.FormatVersion, fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds())).Scan(&older); err != nil || older {
 		return false, err
 	}
 	index, constraint, err := ledgerKeyIndex(ctx, tx, c)
@@ -648,7 +651,7 @@ func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, cla
 	}
 	drop := "DROP INDEX " + *index // schema-qualified and quoted by regclass
 	if constraint != nil {
-		drop = "ALTER TABLE " + c.ledger() + " DROP CONSTRAINT " + ident(*constraint)
+		drop = "ALTER TABLE " + c.ledger() + " DROP CONSTRAINT " + base.Ident(*constraint)
 	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_heap"); err != nil {
 		return false, err

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // captureVersion changes whenever the generated capture code changes, so
@@ -130,7 +132,7 @@ BEGIN
   -- Inherit origin and hop only when a Trellis drain is the writer (chains).
   -- An application's writer evaluates one condition here, not a setting
   -- (each PL/pgSQL expression costs a snapshot in a volatile function).
-  IF session_user = ` + lit(e.workerRole()) + ` AND coalesce(current_setting('trellis.origin', true), '') <> '' THEN
+  IF session_user = ` + base.Lit(e.workerRole()) + ` AND coalesce(current_setting('trellis.origin', true), '') <> '' THEN
     v_s := current_setting('trellis.origin', true);
     v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
     v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
@@ -144,7 +146,7 @@ BEGIN
 	tail := "  RETURN NULL;\nEND " + tag
 	log := e.tbl("_change_log")
 	key := keySQL("x", p.key, p.nullable)
-	tl := lit(p.table)
+	tl := base.Lit(p.table)
 	// One log row per statement: its changed keys in one array (an empty
 	// statement writes nothing, array_agg of no rows being NULL).
 	one := func(event, rel string) string {
@@ -168,7 +170,7 @@ BEGIN
 	var out []string
 	for _, ev := range captureEvents {
 		out = append(out, fn[ev], "REVOKE ALL ON FUNCTION "+e.capFunc(p.table, ev)+"() FROM PUBLIC")
-		trg := ident(e.triggerName(ev))
+		trg := base.Ident(e.triggerName(ev))
 		var ref string
 		switch ev {
 		case "insert":
@@ -319,7 +321,7 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 	}
 	if exists {
 		for _, ev := range captureEvents {
-			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+ident(e.triggerName(ev))+" ON "+table); err != nil {
+			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+base.Ident(e.triggerName(ev))+" ON "+table); err != nil {
 				if isLockTimeout(err) {
 					return nil
 				}

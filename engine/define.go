@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -50,7 +51,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	defer func() { err = done(err) }()
 	c := &compiled{Spec: spec}
 	var workerRole string
-	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._instance_worker_role()", ident(e.cfg.Schema))).Scan(&workerRole); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._instance_worker_role()", base.Ident(e.cfg.Schema))).Scan(&workerRole); err != nil {
 		return nil, fmt.Errorf("reading the Trellis instance marker in %q (was Migrate run?): %w", e.cfg.Schema, err)
 	}
 
@@ -160,13 +161,13 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	ts, _ := json.Marshal(tshape)
 	ls, _ := json.Marshal(lshape)
 	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1, $2, $3, $4, $5, $6, $7::oid, $8, $9, $10, $11)`,
-		ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
+		base.Ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
 	if err != nil {
 		return nil, err
 	}
 	// Fields reading a field paused upstream are born paused (grammar §4.1).
 	if upstream != nil {
-		if _, err := q.Exec(ctx, fmt.Sprintf("SELECT %s._pause_inherit(current_user::regrole, $1)", ident(e.cfg.Schema)), d.ID); err != nil {
+		if _, err := q.Exec(ctx, fmt.Sprintf("SELECT %s._pause_inherit(current_user::regrole, $1)", base.Ident(e.cfg.Schema)), d.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +188,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 	}
 	if len(key) == 0 {
 		var raw []byte
-		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&raw)
+		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", base.Ident(e.cfg.Schema)), srcOID).Scan(&raw)
 		if err != nil {
 			return nil, false, nil, err
 		}
@@ -205,7 +206,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 	}
 	if upstream == nil {
 		var isTarget bool
-		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
+		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", base.Ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
 			return nil, false, nil, err
 		}
 		if isTarget {
@@ -275,11 +276,11 @@ func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
 
 // probeTypes runs "SELECT exprs FROM source LIMIT 0" (checking privileges
 // and validity as the caller) and returns each column's type, full and base.
-func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail string) (full, base []string, err error) {
+func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail string) (full, baseTypes []string, err error) {
 	if len(exprs) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+" AS "+ident(SourceAlias)+tail+" LIMIT 0")
+	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+" AS "+base.Ident(SourceAlias)+tail+" LIMIT 0")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -302,9 +303,9 @@ func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail strin
 			return nil, nil, err
 		}
 		full = append(full, fu)
-		base = append(base, ba)
+		baseTypes = append(baseTypes, ba)
 	}
-	return full, base, nil
+	return full, baseTypes, nil
 }
 
 func (c *compiled) resolveArgs() {
@@ -453,7 +454,7 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 	// (the workers', D20) moved or dropped by a SECURITY DEFINER function.
 	var raw []byte
 	var trash *string
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT compiled, trash FROM %s._drop_transform(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT compiled, trash FROM %s._drop_transform(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
 		target.Schema, target.Name).Scan(&raw, &trash)
 	if err != nil {
 		return dependentsError(err, pgx.Identifier{target.Schema, target.Name}.Sanitize())

@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -73,7 +74,7 @@ func fill(expr string, engine bool) string {
 		if engine {
 			b.WriteString(SourceColumn(c))
 		} else {
-			b.WriteString(ident(c))
+			b.WriteString(base.Ident(c))
 		}
 		expr = expr[j+1:]
 	}
@@ -104,16 +105,16 @@ func (d *dDef) oracle() string {
 	var cols []string
 	if len(d.group) == 0 {
 		for _, k := range d.key {
-			cols = append(cols, ident(k))
+			cols = append(cols, base.Ident(k))
 		}
 		for _, f := range d.fields {
-			cols = append(cols, "("+fill(f.expr, false)+") AS "+ident(f.name))
+			cols = append(cols, "("+fill(f.expr, false)+") AS "+base.Ident(f.name))
 		}
 		return "SELECT " + strings.Join(cols, ", ") + " FROM " + d.sourceSQL() + " x"
 	}
 	var gs []string
 	for _, g := range d.group {
-		cols = append(cols, "("+fill(g.expr, false)+") AS "+ident(g.name))
+		cols = append(cols, "("+fill(g.expr, false)+") AS "+base.Ident(g.name))
 		gs = append(gs, "("+fill(g.expr, false)+")")
 	}
 	for _, f := range d.fields {
@@ -124,7 +125,7 @@ func (d *dDef) oracle() string {
 		case AggJSONBAgg:
 			var ks []string
 			for _, k := range d.key {
-				ks = append(ks, ident(k))
+				ks = append(ks, base.Ident(k))
 			}
 			a = "jsonb_agg((" + fill(f.expr, false) + ") ORDER BY " + strings.Join(ks, ", ") + ")"
 		default:
@@ -133,7 +134,7 @@ func (d *dDef) oracle() string {
 		if f.cast != "" {
 			a = "(" + a + ")::" + f.cast
 		}
-		cols = append(cols, a+" AS "+ident(f.name))
+		cols = append(cols, a+" AS "+base.Ident(f.name))
 	}
 	return "SELECT " + strings.Join(cols, ", ") + " FROM " + d.sourceSQL() + " x GROUP BY " + strings.Join(gs, ", ")
 }
@@ -142,16 +143,16 @@ func (d *dDef) targetSQL() string {
 	var cols []string
 	if len(d.group) == 0 {
 		for _, k := range d.key {
-			cols = append(cols, ident(k))
+			cols = append(cols, base.Ident(k))
 		}
 	}
 	for _, g := range d.group {
-		cols = append(cols, ident(g.name))
+		cols = append(cols, base.Ident(g.name))
 	}
 	for _, f := range d.fields {
-		cols = append(cols, ident(f.name))
+		cols = append(cols, base.Ident(f.name))
 	}
-	return "SELECT " + strings.Join(cols, ", ") + " FROM " + ident(d.name)
+	return "SELECT " + strings.Join(cols, ", ") + " FROM " + base.Ident(d.name)
 }
 
 // outCols are the columns a reader of this definition's target can use.
@@ -195,11 +196,11 @@ var oracleAgg = map[AggKind]string{
 // would write (grammar mode only: keys are columns, casts implied).
 func (d *dDef) transformSQL() string {
 	var b strings.Builder
-	b.WriteString("TRANSFORM " + ident(d.name) + " FROM " + ident(d.src))
+	b.WriteString("TRANSFORM " + base.Ident(d.name) + " FROM " + base.Ident(d.src))
 	if len(d.group) > 0 {
 		var gs []string
 		for _, g := range d.group {
-			gs = append(gs, ident(strings.Trim(g.expr, "{}")))
+			gs = append(gs, base.Ident(strings.Trim(g.expr, "{}")))
 		}
 		b.WriteString(" GROUP BY " + strings.Join(gs, ", "))
 	}
@@ -207,11 +208,11 @@ func (d *dDef) transformSQL() string {
 	for _, f := range d.fields {
 		switch {
 		case f.agg == AggCountStar:
-			fs = append(fs, "COUNT(*) AS "+ident(f.name))
+			fs = append(fs, "COUNT(*) AS "+base.Ident(f.name))
 		case f.agg != AggNone:
-			fs = append(fs, strings.ToUpper(oracleAgg[f.agg])+"(("+fill(f.expr, false)+")) AS "+ident(f.name))
+			fs = append(fs, strings.ToUpper(oracleAgg[f.agg])+"(("+fill(f.expr, false)+")) AS "+base.Ident(f.name))
 		default:
-			fs = append(fs, "("+fill(f.expr, false)+") AS "+ident(f.name))
+			fs = append(fs, "("+fill(f.expr, false)+") AS "+base.Ident(f.name))
 		}
 	}
 	b.WriteString(" SELECT " + strings.Join(fs, ", "))
@@ -912,7 +913,7 @@ func diffWriteFor() time.Duration {
 func (dr *diffRun) diagnose(d *dDef) string {
 	var b strings.Builder
 	ctx := context.Background()
-	ledger := ident(d.name + "__ledger")
+	ledger := base.Ident(d.name + "__ledger")
 	var members, srcRows int64
 	dr.pool.QueryRow(ctx, "SELECT count(*) FROM "+ledger+func() string {
 		if len(d.group) > 0 {
@@ -926,9 +927,9 @@ func (dr *diffRun) diagnose(d *dDef) string {
 		var gs, ts []string
 		for i, g := range d.group {
 			gs = append(gs, fmt.Sprintf("g%d", i))
-			ts = append(ts, ident(g.name))
+			ts = append(ts, base.Ident(g.name))
 		}
-		audit := diff(dr.t, dr.pool, "SELECT "+strings.Join(ts, ", ")+", \"__members\" FROM "+ident(d.name),
+		audit := diff(dr.t, dr.pool, "SELECT "+strings.Join(ts, ", ")+", \"__members\" FROM "+base.Ident(d.name),
 			"SELECT "+strings.Join(gs, ", ")+", count(*) FROM "+ledger+" WHERE member GROUP BY "+strings.Join(gs, ", "))
 		fmt.Fprintf(&b, "ledger audit (target vs ledger): %s\n", audit)
 	}

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 )
 
 // Golden files of the SQL the engine generates, so a change to a generator
@@ -94,18 +97,18 @@ func TestGoldenCatalogSQL(t *testing.T) {
 	e := New(testDB(t), Config{})
 	defer e.Close()
 	var b strings.Builder
-	for i, m := range migrations {
+	for i, m := range catalog.Migrations() {
 		fmt.Fprintf(&b, "-- migration %d\n%s\n", i+1, strings.TrimSpace(e.renderCatalogSQL(m)))
 	}
-	fmt.Fprintf(&b, "-- functions\n%s\n", strings.TrimSpace(e.renderCatalogSQL(catalogFunctions())))
+	fmt.Fprintf(&b, "-- functions\n%s\n", strings.TrimSpace(e.renderCatalogSQL(catalog.Functions())))
 	goldenCompare(t, filepath.Join("testdata", "catalog.sql"), b.String())
 }
 
 // goldenNormalize replaces the workers' role, which is the test cluster's
 // superuser and so differs between machines.
 func goldenNormalize(e *Engine, text string) string {
-	text = strings.ReplaceAll(text, ident(e.workerRole()), `"{{WORKER}}"`)
-	return strings.ReplaceAll(text, lit(e.workerRole()), `'{{WORKER}}'`)
+	text = strings.ReplaceAll(text, base.Ident(e.workerRole()), `"{{WORKER}}"`)
+	return strings.ReplaceAll(text, base.Lit(e.workerRole()), `'{{WORKER}}'`)
 }
 
 func goldenTarget(t *testing.T, stmt string) string {
@@ -185,7 +188,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 func goldenShape(sh *tableShape) string {
 	var b strings.Builder
 	for _, c := range sh.Cols {
-		fmt.Fprintf(&b, "%s %s", ident(c.Name), c.Type)
+		fmt.Fprintf(&b, "%s %s", base.Ident(c.Name), c.Type)
 		if c.Coll != "" {
 			fmt.Fprintf(&b, " COLLATE %s", c.Coll)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
@@ -59,10 +60,10 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	now := make([]string, len(p.key))
 	want := make([]string, len(p.key))
 	for i, k := range p.key {
-		names[i] = lit(k.Name)
+		names[i] = base.Lit(k.Name)
 		oid := itoa(int(p.keyTypes[i]))
-		pairs[i] = "(" + lit(k.Name) + "::name, " + oid + "::oid)"
-		now[i] = "pg_typeof((SELECT x." + ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
+		pairs[i] = "(" + base.Lit(k.Name) + "::name, " + oid + "::oid)"
+		now[i] = "pg_typeof((SELECT x." + base.Ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
 		want[i] = oid + "::oid"
 	}
 	// One unique-index probe per key column on pg_attribute (attrelid,
@@ -84,7 +85,7 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
     END;
     IF NOT v_ok THEN
       INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
-      VALUES (` + lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
+      VALUES (` + base.Lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
       RETURN NULL;
     END IF;
   END IF;`
@@ -284,7 +285,7 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 // positive that costs a rebuild, never correctness.
 func (e *Engine) truncateRecord(p *capturePlan) string {
 	return "  BEGIN\n    UPDATE " + e.tbl("_captured_tables") + " SET relfilenode = pg_relation_filenode(TG_RELID)\n" +
-		"    WHERE table_name = " + lit(p.table) + " AND relfilenode IS NOT NULL;\n" +
+		"    WHERE table_name = " + base.Lit(p.table) + " AND relfilenode IS NOT NULL;\n" +
 		"  EXCEPTION WHEN serialization_failure THEN NULL;\n  END;\n"
 }
 
@@ -656,7 +657,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		// A nullable identity (a 1-1 reader of an aggregate target: its keys
 		// are group tuples) has no typed cursor; it is walked in one step,
 		// as its build reads its source in one chunk.
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+ident(SourceAlias))
+		rows, err := tx.Query(ctx, "SELECT "+keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+base.Ident(SourceAlias))
 		if err != nil {
 			return err
 		}
@@ -665,8 +666,8 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		}
 	} else {
 		where, args := e.rangeWhere(c, lo, nil, 2)
-		order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+ident(SourceAlias)+
+		order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+		rows, err := tx.Query(ctx, "SELECT "+keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+base.Ident(SourceAlias)+
 			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)
 		if err != nil {
 			return err
@@ -721,8 +722,8 @@ func absentFromSource(ctx context.Context, q Querier, c *compiled, keys []string
 		return nil, nil
 	}
 	args, unnest, bad := keyArgs(keys, c.Key, c.KeyNullable)
-	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.source()+" AS "+ident(SourceAlias)+
-		" WHERE "+keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
+	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.source()+" AS "+base.Ident(SourceAlias)+
+		" WHERE "+keyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
 	if err != nil {
 		return nil, err
 	}

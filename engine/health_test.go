@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // writers runs n tight-loop writers (insert, update, delete) on table until
@@ -318,7 +320,7 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	install := func(table string) {
-		p := e.newCapturePlan(`"public".`+ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.newCapturePlan(`"public".`+base.Ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -331,7 +333,7 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 	logged := func(table string) (markers, keyed int) {
 		t.Helper()
 		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 'schema'), count(*) FILTER (WHERE op <> 'schema')
-			FROM trellis._change_log WHERE src_table = $1`, `"public".`+ident(table)).Scan(&markers, &keyed); err != nil {
+			FROM trellis._change_log WHERE src_table = $1`, `"public".`+base.Ident(table)).Scan(&markers, &keyed); err != nil {
 			t.Fatal(err)
 		}
 		return markers, keyed

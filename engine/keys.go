@@ -2,6 +2,8 @@ package engine
 
 import (
 	"strings"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // Key identity (engine §12.3): a key is its text rendering, compared
@@ -15,7 +17,7 @@ func keyPlain(n int, nullable bool) bool { return n == 1 && !nullable }
 // keySQL renders the key of the row under alias (already quoted) in SQL.
 func keySQL(alias string, cols []keyCol, nullable bool) string {
 	if keyPlain(len(cols), nullable) {
-		ref := alias + "." + ident(cols[0].Name)
+		ref := alias + "." + base.Ident(cols[0].Name)
 		if textCastIsOutput[cols[0].Type] {
 			// The same text as format's %s (the type's output function),
 			// without format's parse of its pattern on every row: about
@@ -26,7 +28,7 @@ func keySQL(alias string, cols []keyCol, nullable bool) string {
 	}
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		ref := alias + "." + ident(c.Name)
+		ref := alias + "." + base.Ident(c.Name)
 		parts[i] = "CASE WHEN num_nulls(" + ref + ") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', " +
 			ref + "), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END"
 	}
@@ -126,7 +128,7 @@ func decodeKey(k string, n int, nullable bool) (parts []*string, ok bool) {
 func keyLookup(alias, u string, cols []keyCol, nullable bool) string {
 	var conds []string
 	for i, c := range cols {
-		ref := alias + "." + ident(c.Name)
+		ref := alias + "." + base.Ident(c.Name)
 		p := u + "." + partCol(i)
 		eq := ref + " = " + p + "::" + c.Type
 		if nullable {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // Quarantine (engine spec §12.12, surface §6, §13 fuses).
@@ -258,7 +260,7 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 		if tag.RowsAffected() > 0 {
 			// Readers of the column downstream pause with it (grammar §4.3).
 			var cascaded []string
-			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s._pause_cascade($1, $2)`, ident(e.cfg.Schema)), cd.id, col).Scan(&cascaded); err != nil {
+			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s._pause_cascade($1, $2)`, base.Ident(e.cfg.Schema)), cd.id, col).Scan(&cascaded); err != nil {
 				return err
 			}
 			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.c.TargetText, "column", col,

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"strings"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // checkSQL is a self-check's comparison for one definition (D18 self-check):
@@ -69,25 +71,25 @@ func (cs *checkSQL) diffArgs(keys []string) []any {
 // selfCheckSQL renders the comparison, leaving out paused columns.
 func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 	tk, nullable := c.targetIdentity()
-	src := c.source() + " AS " + ident(SourceAlias)
+	src := c.source() + " AS " + base.Ident(SourceAlias)
 	var recCols, cols []string
 	var recompute string
 	if !c.Spec.IsAggregate() {
 		for _, k := range c.Key {
-			recCols = append(recCols, ident(SourceAlias)+"."+ident(k.Name)+" AS "+ident(k.Name))
+			recCols = append(recCols, base.Ident(SourceAlias)+"."+base.Ident(k.Name)+" AS "+base.Ident(k.Name))
 		}
 		for _, f := range c.Spec.Fields {
 			if paused[f.Name] {
 				continue
 			}
 			cols = append(cols, f.Name)
-			recCols = append(recCols, "("+f.Expr+") AS "+ident(f.Name))
+			recCols = append(recCols, "("+f.Expr+") AS "+base.Ident(f.Name))
 		}
 		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src
 	} else {
 		var groups []string
 		for _, g := range c.Spec.GroupBy {
-			recCols = append(recCols, "("+g.Expr+") AS "+ident(g.Name))
+			recCols = append(recCols, "("+g.Expr+") AS "+base.Ident(g.Name))
 			groups = append(groups, "("+g.Expr+")")
 		}
 		for _, f := range c.Spec.Fields {
@@ -98,20 +100,20 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 			call := aggCall(f)
 			if f.Agg == AggJSONBAgg {
 				// The write path orders a jsonb_agg by the source key.
-				order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
+				order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 				call = "jsonb_agg((" + f.Expr + ") ORDER BY " + order + ")"
 				if f.Cast != "" {
 					call = "(" + call + ")::" + f.Cast
 				}
 			}
-			recCols = append(recCols, call+" AS "+ident(f.Name))
+			recCols = append(recCols, call+" AS "+base.Ident(f.Name))
 		}
 		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src + " GROUP BY " + strings.Join(groups, ", ")
 	}
 	side := func(from, alias string) string {
 		s := "SELECT " + keySQL(alias, tk, nullable) + " AS k"
 		for i, col := range cols {
-			s += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+			s += ", " + alias + "." + base.Ident(col) + "::text AS c" + itoa(i)
 		}
 		return s + " FROM " + from
 	}
@@ -123,12 +125,12 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 	if c.Spec.IsAggregate() {
 		var lg, sg []string
 		for i, g := range c.Spec.GroupBy {
-			lg = append(lg, "e.g"+itoa(i)+" AS "+ident(g.Name))
-			sg = append(sg, "("+g.Expr+") AS "+ident(g.Name))
+			lg = append(lg, "e.g"+itoa(i)+" AS "+base.Ident(g.Name))
+			sg = append(sg, "("+g.Expr+") AS "+base.Ident(g.Name))
 		}
 		cs.groupsOf = "SELECT " + keySQL("x", tk, nullable) + " FROM (SELECT " + strings.Join(lg, ", ") + " FROM " + c.ledger() +
 			" e WHERE e.k = ANY($1::text[]) AND e.member) x UNION SELECT " + keySQL("y", tk, nullable) + " FROM (SELECT " +
-			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
+			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
 	}
 	sel := `SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra`
 	var differs []string
@@ -177,13 +179,13 @@ func (cs *checkSQL) typedGroupPages(c *compiled, cols, recCols []string, join st
 		return "($1::boolean OR " + x + " > $2::" + typ + " OR (" + x + " IS NULL AND $2::" + typ + " IS NOT NULL))"
 	}
 	out := func(alias, from string) string {
-		q := "SELECT " + alias + "." + ident(g.Name) + " AS p0, " + keySQL(alias, tk, true) + " AS k"
+		q := "SELECT " + alias + "." + base.Ident(g.Name) + " AS p0, " + keySQL(alias, tk, true) + " AS k"
 		for i, col := range cols {
-			q += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + itoa(i)
 		}
 		return q + " FROM " + from
 	}
-	tcol := "t." + ident(g.Name)
+	tcol := "t." + base.Ident(g.Name)
 	gx := "(" + g.Expr + ")"
 	// The recompute's bound: every group when the target's page is short
 	// (the end) or ends with the NULL group, else up to its last group.
@@ -191,7 +193,7 @@ func (cs *checkSQL) typedGroupPages(c *compiled, cols, recCols []string, join st
 	cs.page = "WITH tgt AS MATERIALIZED (" + out("t", "(SELECT * FROM "+c.target()+" AS t WHERE "+after(tcol)+
 		" ORDER BY "+tcol+" LIMIT $3) t") + "),\n" +
 		"bnd AS MATERIALIZED (SELECT count(*) >= $3 AS full, bool_or(p0 IS NULL) AS has_null, max(p0) AS hi FROM tgt),\n" +
-		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.source()+" AS "+ident(SourceAlias)+
+		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.source()+" AS "+base.Ident(SourceAlias)+
 		" WHERE "+after(gx)+" AND "+bound+" GROUP BY "+gx+") r") + "),\n" +
 		"ks AS (SELECT p0, k FROM tgt UNION SELECT p0, k FROM rec),\n" +
 		"b AS (SELECT (SELECT k FROM ks ORDER BY p0 DESC NULLS FIRST LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
@@ -208,7 +210,7 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 	cs.typed, cs.key = true, c.Key
 	n := len(c.Key)
 	keyList := func(alias string) string {
-		return joinf(n, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ")
+		return joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
 	}
 	params := joinf(n, func(i int) string { return "$" + itoa(i+2) + "::" + c.Key[i].Type }, ", ")
 	limit := "$" + itoa(n+2)
@@ -216,19 +218,19 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 	ps := joinf(n, func(i int) string { return "p" + itoa(i) }, ", ")
 	// out projects a side's rows: typed key parts, rendering, column texts.
 	out := func(alias, from string) string {
-		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + ident(c.Key[i].Name) + " AS p" + itoa(i) }, ", ") +
+		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) + " AS p" + itoa(i) }, ", ") +
 			", " + keySQL(alias, c.Key, false) + " AS k"
 		for i, col := range cols {
-			q += ", " + alias + "." + ident(col) + "::text AS c" + itoa(i)
+			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + itoa(i)
 		}
 		return q + " FROM " + from
 	}
-	src := c.source() + " AS " + ident(SourceAlias)
-	recCols := []string{keyList(ident(SourceAlias))}
+	src := c.source() + " AS " + base.Ident(SourceAlias)
+	recCols := []string{keyList(base.Ident(SourceAlias))}
 	for _, col := range cols {
 		for _, f := range c.Spec.Fields {
 			if f.Name == col {
-				recCols = append(recCols, "("+f.Expr+") AS "+ident(f.Name))
+				recCols = append(recCols, "("+f.Expr+") AS "+base.Ident(f.Name))
 			}
 		}
 	}
@@ -240,7 +242,7 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 	}
 	order := func(alias string) string { return " ORDER BY " + keyList(alias) + " LIMIT " + limit }
 	cs.page = "WITH tgt AS MATERIALIZED (" + tgt(after("t"), order("t")) + "),\n" +
-		"rec AS MATERIALIZED (" + rec(after(ident(SourceAlias)), order(ident(SourceAlias))) + "),\n" +
+		"rec AS MATERIALIZED (" + rec(after(base.Ident(SourceAlias)), order(base.Ident(SourceAlias))) + "),\n" +
 		"ks AS (SELECT " + ps + ", k FROM (SELECT " + ps + ", k FROM tgt UNION SELECT " + ps + ", k FROM rec) u ORDER BY " + ps + " LIMIT " + limit + "),\n" +
 		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + itoa(i) + " DESC" }, ", ") +
 		" LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
@@ -253,6 +255,6 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 		return "(" + keyList(alias) + ") IN (SELECT " + casts + " FROM " + unnest + ") AND " + keySQL(alias, c.Key, false) + " = ANY($1::text[])"
 	}
 	cs.diff = "WITH tgt AS MATERIALIZED (" + tgt(among("t"), "") + "),\n" +
-		"rec AS MATERIALIZED (" + rec(among(ident(SourceAlias)), "") + ")\n" + join + `
+		"rec AS MATERIALIZED (" + rec(among(base.Ident(SourceAlias)), "") + ")\n" + join + `
 ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
 }

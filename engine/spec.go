@@ -212,9 +212,4 @@ func (c *compiled) ledger() string {
 }
 func (c *compiled) source() string { return c.Spec.Source.sanitize() }
 
-func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
-
-// lit renders a SQL string literal (standard_conforming_strings is on since PG 9.1).
-func lit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 func (c *compiled) String() string { return fmt.Sprintf("%s <- %s", c.TargetText, c.SourceText) }

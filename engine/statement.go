@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -206,7 +207,7 @@ func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.
 			WithHint("PAUSE TRANSFORM %s first", tname)
 	}
 	var lines []string
-	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, NULL)`, ident(e.cfg.Schema)), d.id).Scan(&lines); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, NULL)`, base.Ident(e.cfg.Schema)), d.id).Scan(&lines); err != nil {
 		return nil, err
 	}
 	if len(lines) > 0 {
@@ -231,7 +232,7 @@ func (e *Engine) findTransform(ctx context.Context, q Querier, bare string) (Tab
 	var t TableName
 	var owner string
 	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT schema_name, table_name, owner_name FROM %s._find_transform($1)`,
-		ident(e.cfg.Schema)), bare).Scan(&t.Schema, &t.Name, &owner)
+		base.Ident(e.cfg.Schema)), bare).Scan(&t.Schema, &t.Name, &owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, "", false, nil
 	}
@@ -314,7 +315,7 @@ func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *re
 		// key columns it will inherit so the naming rules apply.
 		var keys []string
 		err := q.QueryRow(ctx, fmt.Sprintf(`SELECT ARRAY(SELECT jsonb_array_elements(c->'spec'->'group_by')->>'name')
-			FROM %s._definition_of(current_user::regrole, $1::oid) c WHERE c IS NOT NULL`, ident(e.cfg.Schema)), oid).Scan(&keys)
+			FROM %s._definition_of(current_user::regrole, $1::oid) c WHERE c IS NOT NULL`, base.Ident(e.cfg.Schema)), oid).Scan(&keys)
 		if err == nil {
 			src.Key = keys
 		}
@@ -526,9 +527,9 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 			b.WriteString(", ")
 		}
 		starts[i] = b.Len()
-		b.WriteString("(" + p.sql + ") AS " + ident(fmt.Sprintf("__probe_%d", i)))
+		b.WriteString("(" + p.sql + ") AS " + base.Ident(fmt.Sprintf("__probe_%d", i)))
 	}
-	b.WriteString(" FROM " + srcSQL + " AS " + ident(SourceAlias))
+	b.WriteString(" FROM " + srcSQL + " AS " + base.Ident(SourceAlias))
 	if _, err := q.Exec(ctx, b.String()); err != nil {
 		return formulaError(err, func(at int) grammar.Pos {
 			for i := len(starts) - 1; i >= 0; i-- {
@@ -577,7 +578,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 	// formula against the probe table instead of the source alias.
 	addColumn := func(i int) string {
 		return fmt.Sprintf("ADD COLUMN %s %s GENERATED ALWAYS AS ((%s)) STORED",
-			ident(fmt.Sprintf("__probe_%d", i)), types[i], strings.ReplaceAll(probes[i].sql, ident(SourceAlias)+".", ""))
+			base.Ident(fmt.Sprintf("__probe_%d", i)), types[i], strings.ReplaceAll(probes[i].sql, base.Ident(SourceAlias)+".", ""))
 	}
 	// Every formula in one statement first (two round trips, not three a
 	// formula); only when that fails, one at a time to name the culprit.

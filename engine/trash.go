@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // The trash of DROP TRANSFORM. PostgreSQL unlinks a dropped table's files
@@ -87,7 +89,7 @@ func (e *Engine) dropTrash(ctx context.Context, conn *pgx.Conn, schema string) e
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident(schema)); err != nil {
+	if _, err := tx.Exec(ctx, "DROP SCHEMA IF EXISTS "+base.Ident(schema)); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE schema_name = $1", e.tbl("_trash")), schema); err != nil {

@@ -15,14 +15,22 @@ import (
 const module = "github.com/trellis-proxy/trellis-proxy"
 
 // allowed lists, per package (relative to the module), the module packages it
-// may import. Packages not listed (cmd, integration, internal tools) may
-// import anything. A prefix ending in "/" covers sub-packages.
+// may import; an entry covers its sub-packages unless they have one of their
+// own (the longest entry wins), and a package may always import its own
+// sub-packages. Packages not listed (cmd, integration, internal tools) may
+// import anything.
+//
+// The engine's packages form layers: base (quoting, lock keys, error
+// classes) under catalog (the embedded schema), under the root engine
+// package, which holds the orchestration and is the only way in from outside.
 var allowed = map[string][]string{
 	"pgerr":              {},
 	"sqlscan":            {},
 	"grammar":            {"pgerr", "sqlscan"},
 	"router":             {"grammar", "pgerr", "sqlscan"},
 	"engine":             {"grammar", "pgerr"},
+	"engine/base":        {"pgerr"},
+	"engine/catalog":     {"engine/base"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},
@@ -93,7 +101,13 @@ func topLevel(pkg string) string {
 }
 
 func ruleFor(pkg string) ([]string, bool) {
-	r, ok := allowed[topLevel(pkg)]
+	best := ""
+	for k := range allowed {
+		if (pkg == k || strings.HasPrefix(pkg, k+"/")) && len(k) > len(best) {
+			best = k
+		}
+	}
+	r, ok := allowed[best]
 	return r, ok
 }
 
