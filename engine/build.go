@@ -91,7 +91,7 @@ func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, bui
 		}
 	}
 	tx.Rollback(context.Background())
-	if transient(serr) || errors.Is(serr, errLockShort) || ctx.Err() != nil {
+	if base.Transient(serr) || errors.Is(serr, errLockShort) || ctx.Err() != nil {
 		return false, serr
 	}
 	// Charged: backoff 1 s doubling to 5 min; the fifth attempt pauses (surface §13).

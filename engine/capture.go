@@ -343,7 +343,7 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 }
 
 func isLockTimeout(err error) bool {
-	return codeOf(err) == "55P03"
+	return base.Code(err) == "55P03"
 }
 
 var _ = time.Second

@@ -266,7 +266,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if codeOf(err) == pgerr.UndefinedTable || !transient(err) {
+		if base.Code(err) == pgerr.UndefinedTable || !base.Transient(err) {
 			return fmt.Errorf("engine: reading the instance marker (run Migrate first): %w", err)
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
@@ -415,4 +415,10 @@ func (e *Engine) workerRole() string {
 		return *r
 	}
 	return ""
+}
+
+// logFailure logs a worker step's failure at its class's level (an error of
+// ours at Error, so a Go-side bug is never only a retry at Debug).
+func (e *Engine) logFailure(msg string, err error, attrs ...any) {
+	e.log.Log(context.Background(), base.Level(err), msg, append(attrs, base.ErrAttrs(err)...)...)
 }

@@ -188,7 +188,7 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 			if conn.IsClosed() || ctx.Err() != nil {
 				return false, err
 			}
-			e.log.Warn("auto-pause failed; retried next pass", append([]any{"definition", id}, errAttrs(err)...)...)
+			e.logFailure("auto-pause failed; retried next pass", err, "definition", id)
 		}
 	}
 	tampered, err := e.checkTamper(ctx, conn)

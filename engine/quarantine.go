@@ -243,7 +243,7 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 			VALUES ($1, $2, $3, $4, $5, nullif($6, ''))
 			ON CONFLICT (definition_id, column_name, src_table, key) DO UPDATE SET error = excluded.error,
 			  sqlstate = excluded.sqlstate, failed_at = now()`, e.tbl("_column_failures")),
-			f.def, f.column, f.table, f.key, errMessage(f.err), codeOf(f.err)); err != nil {
+			f.def, f.column, f.table, f.key, errMessage(f.err), base.Code(f.err)); err != nil {
 			return err
 		}
 	}
@@ -299,7 +299,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 			VALUES ($1, $2, $3, 1, $4, $5)
 			ON CONFLICT (definition_id, src_table, key) DO UPDATE SET deaths = kd.deaths + 1,
 			  last_error = excluded.last_error, last_sqlstate = excluded.last_sqlstate, last_failed_at = now()
-			RETURNING deaths`, e.tbl("_key_deaths")), f.def, f.table, f.key, errMessage(f.err), codeOf(f.err)).Scan(&deaths); err != nil {
+			RETURNING deaths`, e.tbl("_key_deaths")), f.def, f.table, f.key, errMessage(f.err), base.Code(f.err)).Scan(&deaths); err != nil {
 			return err
 		}
 		// A key another page held after this one read the holds (its page
@@ -322,7 +322,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		}
 		if deaths < deathsToPoison {
 			e.log.Info("key failed; retried in a later batch", append([]any{"definition", f.def, "target", cd.c.TargetText,
-				"table", f.table, "deaths", deaths}, errAttrs(f.err)...)...)
+				"table", f.table, "deaths", deaths}, base.ErrAttrs(f.err)...)...)
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop)
 				VALUES ($1, $2, 'rederive', $3, $4::text::pg_lsn, $5)`, e.tbl("_change_log")), f.table, f.key, f.def, m.origin, m.hop); err != nil {
 				return err
@@ -331,14 +331,14 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		}
 		// The key and the error text are row data: trellis.quarantined shows
 		// them to those who may see the transform; the log does not.
-		e.log.Warn("key held (poisoned) for one transform", append([]any{"definition", f.def, "target", cd.c.TargetText,
-			"table", f.table, "deaths", deaths}, errAttrs(f.err)...)...)
+		e.logFailure("key held (poisoned) for one transform", f.err, "definition", f.def, "target", cd.c.TargetText,
+			"table", f.table, "deaths", deaths)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (definition_id, src_table, key, error, sqlstate, origin_lsn)
 			VALUES ($1, $2, $3, $4, $5, $6::text::pg_lsn)
 			ON CONFLICT (definition_id, src_table, key) DO UPDATE SET error = excluded.error, sqlstate = excluded.sqlstate,
 			  origin_lsn = CASE WHEN p.origin_lsn IS NULL OR excluded.origin_lsn IS NULL THEN NULL
 			                    ELSE least(p.origin_lsn, excluded.origin_lsn) END`, e.tbl("_poison")),
-			f.def, f.table, f.key, errMessage(f.err), codeOf(f.err), m.origin); err != nil {
+			f.def, f.table, f.key, errMessage(f.err), base.Code(f.err), m.origin); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE definition_id = $1 AND src_table = $2 AND key = $3`,
@@ -385,7 +385,7 @@ func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build in
 	var next time.Time
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, last_sqlstate = $3,
 		next_attempt_at = `+retryAfterSQL+`
-		WHERE id = $1 RETURNING attempts, next_attempt_at`, e.tbl("_build_tasks")), taskID, errMessage(serr), codeOf(serr)).
+		WHERE id = $1 RETURNING attempts, next_attempt_at`, e.tbl("_build_tasks")), taskID, errMessage(serr), base.Code(serr)).
 		Scan(&attempts, &next); err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)
 		return
@@ -398,13 +398,13 @@ func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build in
 			  'source_table', source_table, 'attempts', $3::int, 'last_error', $4::text, 'sqlstate', nullif($5::text, ''),
 			  'next_attempt_at', NULL, 'paused', true))
 			WHERE id = $1 AND build_id = $2 AND status = 'backfilling'`, e.tbl("_definitions")),
-			defID, build, attempts, errMessage(serr), codeOf(serr)); err != nil {
+			defID, build, attempts, errMessage(serr), base.Code(serr)); err != nil {
 			e.log.Warn("pausing a failing build", "definition", defID, "err", err)
 			return
 		}
-		e.log.Warn("build paused after repeated failures", append([]any{"definition", defID, "source", srcTable, "attempts", attempts}, errAttrs(serr)...)...)
+		e.logFailure("build paused after repeated failures", serr, "definition", defID, "source", srcTable, "attempts", attempts)
 	} else {
-		e.log.Warn("build task failed", append([]any{"definition", defID, "task", taskID, "attempts", attempts, "next_attempt_at", next}, errAttrs(serr)...)...)
+		e.logFailure("build task failed", serr, "definition", defID, "task", taskID, "attempts", attempts, "next_attempt_at", next)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)

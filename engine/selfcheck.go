@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -81,7 +82,7 @@ func (e *Engine) selfCheckStep(ctx context.Context, id string) (bool, error) {
 		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
 			return true, e.finishSelfCheck(ctx, j, "failed", fmt.Sprintf("a page ran past its budget of %s", j.budget()))
 		}
-		if transient(err) {
+		if base.Transient(err) {
 			return true, err // retried from the saved cursor on the next pass
 		}
 		return true, e.finishSelfCheck(ctx, j, "failed", err.Error())

@@ -8,16 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-func codeOf(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
 
 // stagingKey reads the staging singleton's advisory key. It is random and
 // only the workers' role can read it; any role can still see it in
