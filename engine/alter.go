@@ -83,7 +83,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if err != nil {
 		return nil, err
 	}
-	spec, err := buildSpec(merged, src, resolution, e.cfg.TargetSchema)
+	spec, trees, err := buildSpec(merged, src, resolution, e.cfg.TargetSchema)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 			probe.Fields = append(probe.Fields, f)
 		}
 	}
-	if err := e.checkFormulas(ctx, q, merged, src, &probe); err != nil {
+	if err := e.checkFormulas(ctx, q, merged, src, &probe, trees); err != nil {
 		return nil, err
 	}
 	clausePos := func(field string) int {

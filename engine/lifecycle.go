@@ -178,11 +178,11 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 	if err != nil {
 		return err
 	}
-	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	spec, trees, err := buildSpec(st, src, res, e.cfg.TargetSchema)
 	if err != nil {
 		return err
 	}
-	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
+	if err := e.checkFormulas(ctx, q, st, src, spec, trees); err != nil {
 		return err
 	}
 	old := d.c

@@ -90,8 +90,6 @@ type Spec struct {
 	Statement string     `json:"statement"` // canonical statement text, stored as definition_sql
 	GroupBy   []GroupKey `json:"group_by,omitempty"`
 	Fields    []Field    `json:"fields"`
-
-	formulas *formulaTrees // the trees the fields were rendered from, when just built
 }
 
 // IsAggregate reports whether the definition has a GROUP BY key space.

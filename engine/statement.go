@@ -169,11 +169,11 @@ func (e *Engine) compileSpec(ctx context.Context, q Querier, st *grammar.Transfo
 	if err != nil {
 		return nil, err
 	}
-	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	spec, trees, err := buildSpec(st, src, res, e.cfg.TargetSchema)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
+	if err := e.checkFormulas(ctx, q, st, src, spec, trees); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -326,7 +326,7 @@ func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *re
 // buildSpec turns a resolved statement into the engine's compiled form,
 // inlining field-to-field references and rendering every formula from its
 // syntax tree (never from the user's text).
-func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, error) {
+func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
 	spec := &Spec{
 		Target: TableName{Schema: st.Target.Schema, Name: st.Target.Name},
 		Source: TableName{Schema: src.Schema, Name: src.Table},
@@ -342,7 +342,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 	keyExpr := map[string]string{}
 	for _, k := range res.Keys {
 		if k.Rel != "" {
-			return nil, notYetRelationships(k.Key.Pos)
+			return nil, nil, notYetRelationships(k.Key.Pos)
 		}
 		col := k.Key.Column()
 		expr := SourceColumn(col)
@@ -396,7 +396,6 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		}
 		return formulaNode{}, false
 	}
-	spec.formulas = trees
 	fields := make([]Field, len(res.Fields))
 	keep := make([]bool, len(res.Fields))
 	for _, i := range res.Order {
@@ -406,7 +405,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		case !st.IsAggregate():
 			sql, cols, err := render(rf, rf.Expr)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			f.Expr, f.Reads = sql, dedupe(cols)
 			rendered[rf.Name], reads[rf.Name] = sql, f.Reads
@@ -418,25 +417,25 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		case rf.Aggregate:
 			call, ok := rf.Expr.(*grammar.FuncCall)
 			if !ok {
-				return nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: an expression over an aggregate is not supported yet; compute it in a 1-1 transform over this target",
+				return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: an expression over an aggregate is not supported yet; compute it in a 1-1 transform over this target",
 					grammar.QuoteIdentIfNeeded(rf.Name)).WithClass("unsupported", "NotYetSupported").WithPosition(int(rf.Expr.Position()))
 			}
 			f.Agg = aggKind(call)
 			if f.Agg != AggCountStar {
 				if len(call.Args) != 1 {
-					return nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: aggregates take exactly one argument", grammar.QuoteIdentIfNeeded(rf.Name)).
+					return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: aggregates take exactly one argument", grammar.QuoteIdentIfNeeded(rf.Name)).
 						WithClass("validation", "UnsupportedAggregateArguments").WithPosition(int(call.Pos))
 				}
 				sql, cols, err := render(rf, call.Args[0])
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				f.Expr, f.Reads = sql, dedupe(cols)
 				trees.roots[rf.Name] = formulaNode{rf, call.Args[0]}
 			}
 			keep[i] = true
 		default:
-			return nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: a computed non-aggregate field in a GROUP BY transform is not supported yet",
+			return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: a computed non-aggregate field in a GROUP BY transform is not supported yet",
 				grammar.QuoteIdentIfNeeded(rf.Name)).WithClass("unsupported", "NotYetSupported").WithPosition(int(rf.Expr.Position()))
 		}
 		fields[i] = f
@@ -446,7 +445,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 			spec.Fields = append(spec.Fields, f)
 		}
 	}
-	return spec, nil
+	return spec, trees, nil
 }
 
 func aggKind(f *grammar.FuncCall) AggKind {
@@ -485,7 +484,7 @@ func dedupe(in []string) []string {
 //     type a probe view depends on was created by a user;
 //   - every formula must be immutable, by Postgres's own rule for generated
 //     columns (which also looks through casts that go via text I/O).
-func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec) error {
+func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec, trees *formulaTrees) error {
 	type probe struct {
 		sql   string
 		pos   grammar.Pos
@@ -610,7 +609,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		}
 		if pgerr.CodeOf(err) == pgerr.InvalidObjectDefinition {
 			// The caret goes on the call itself (Postgres gives no position).
-			if at, ok, lerr := e.mutableCall(ctx, q, spec.formulas, p.field); lerr != nil {
+			if at, ok, lerr := e.mutableCall(ctx, q, trees, p.field); lerr != nil {
 				return lerr
 			} else if ok {
 				p.pos = at
