@@ -69,7 +69,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		if src, err := e.resolveSource(ctx, q, def.Source); err == nil {
 			types = src.types
 		}
-		a.SourceColumns = d.c.sourceColumns(types)
+		a.SourceColumns = d.c.SourceColumns(types)
 		a.Notice = fmt.Sprintf("transform %s unchanged: every clause was a no-op", d.text)
 		return a, nil
 	}
@@ -87,7 +87,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.check(e.cfg.TargetSchema); err != nil {
+	if err := spec.Check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
 	// D8's probes for the new formulas only: kept ones passed them at
@@ -170,7 +170,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if err != nil {
 		return nil, err
 	}
-	cols, _ := json.Marshal(spec.reads())
+	cols, _ := json.Marshal(spec.Reads())
 	rebuilt := append(slices.Clone(res.Added), res.Altered...)
 	var v int64
 	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_alter(current_user::regrole, $1, $2, $3, $4, $5, $6)`, base.Ident(e.cfg.Schema)),
@@ -178,7 +178,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		return nil, err
 	}
 	a.Version = &v
-	a.SourceColumns = now.sourceColumns(src.types)
+	a.SourceColumns = now.SourceColumns(src.types)
 	var parts []string
 	for _, x := range []struct {
 		verb  string
@@ -204,22 +204,6 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		}
 	}
 	return a, nil
-}
-
-// sourceColumns is what the reply shows as source_columns: the columns the
-// definition reads, with their types in the live source, and a 1-1
-// target's key.
-func (c *compiled) sourceColumns(types map[string]string) map[string]string {
-	out := map[string]string{}
-	for _, n := range c.Spec.reads() {
-		out[n] = types[n]
-	}
-	if !c.Spec.IsAggregate() {
-		for _, k := range c.Key {
-			out[k.Name] = k.FullType
-		}
-	}
-	return out
 }
 
 func nonNil(s []string) []string {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // compiledDef is a definition's generated SQL, cached by (id, version).
@@ -64,9 +65,9 @@ func (cd *compiledDef) rebuildSQL(srcWhere string, tgtConds []string) string {
 	match := strings.Join(append(slices.Clone(tgtConds), r.keyEq), " AND ")
 	q := "WITH live AS MATERIALIZED (" + r.live + srcWhere + ")"
 	if r.set != "" {
-		q += ",\nupd AS (UPDATE " + cd.c.target() + " AS t2 SET " + r.set + " FROM live WHERE " + match + " AND (" + r.diff + ") RETURNING 1)"
+		q += ",\nupd AS (UPDATE " + cd.c.Target() + " AS t2 SET " + r.set + " FROM live WHERE " + match + " AND (" + r.diff + ") RETURNING 1)"
 	}
-	return q + ",\nins AS (" + r.insert + " FROM live WHERE NOT EXISTS (SELECT 1 FROM " + cd.c.target() + " AS t2 WHERE " + match +
+	return q + ",\nins AS (" + r.insert + " FROM live WHERE NOT EXISTS (SELECT 1 FROM " + cd.c.Target() + " AS t2 WHERE " + match +
 		") ORDER BY " + r.order + " RETURNING 1)\nSELECT count(*) FROM live"
 }
 
@@ -101,7 +102,7 @@ func (cd *compiledDef) refreshSQL(cols []string) string {
 	if len(sets) == 0 {
 		return ""
 	}
-	return "UPDATE " + cd.c.target() + " AS t2 SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(diffs, " OR ")
+	return "UPDATE " + cd.c.Target() + " AS t2 SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(diffs, " OR ")
 }
 
 func (e *Engine) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
@@ -142,11 +143,11 @@ func joinf(n int, f func(i int) string, sep string) string {
 
 func (cd *compiledDef) generate() {
 	c := cd.c
-	cd.lockInsert = "INSERT INTO " + c.ledger() + ` (k) SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k COLLATE "C" ON CONFLICT (k) DO NOTHING`
-	cd.lockSelect = "SELECT count(*) FROM (SELECT k FROM " + c.ledger() + ` WHERE k = ANY($1::text[]) ORDER BY k COLLATE "C" FOR UPDATE) l`
-	_, unnest, _ := keyArgs(nil, c.Key, c.KeyNullable)
-	src := c.source() + " AS " + base.Ident(SourceAlias)
-	lookup := keyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)
+	cd.lockInsert = "INSERT INTO " + c.Ledger() + ` (k) SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k COLLATE "C" ON CONFLICT (k) DO NOTHING`
+	cd.lockSelect = "SELECT count(*) FROM (SELECT k FROM " + c.Ledger() + ` WHERE k = ANY($1::text[]) ORDER BY k COLLATE "C" FOR UPDATE) l`
+	_, unnest, _ := model.KeyArgs(nil, c.Key, c.KeyNullable)
+	src := c.Source() + " AS " + base.Ident(SourceAlias)
+	lookup := model.KeyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)
 	if !c.Spec.IsAggregate() {
 		var fields []Field
 		cd.fieldProbe = map[string]string{}
@@ -161,19 +162,19 @@ func (cd *compiledDef) generate() {
 		if nf > 0 {
 			tcols += ", " + joinf(nf, func(i int) string { return base.Ident(fields[i].Name) }, ", ")
 		}
-		sel := joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
+		sel := joinf(nk, func(i int) string { return "__p" + model.Itoa(i) }, ", ")
 		if nf > 0 {
-			sel += ", " + joinf(nf, func(i int) string { return "__f" + itoa(i) }, ", ")
+			sel += ", " + joinf(nf, func(i int) string { return "__f" + model.Itoa(i) }, ", ")
 		}
 		set := joinf(nk, func(i int) string { n := base.Ident(c.Key[i].Name); return n + " = excluded." + n }, ", ")
 		if nf > 0 {
 			set += ", " + joinf(nf, func(i int) string { n := base.Ident(fields[i].Name); return n + " = excluded." + n }, ", ")
 		}
 		liveCols := joinf(nk, func(i int) string {
-			return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " AS __p" + itoa(i)
+			return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " AS __p" + model.Itoa(i)
 		}, ", ")
 		if nf > 0 {
-			liveCols += ", " + joinf(nf, func(i int) string { return "(" + fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
+			liveCols += ", " + joinf(nf, func(i int) string { return "(" + fields[i].Expr + ") AS __f" + model.Itoa(i) }, ", ")
 		}
 		// Only the written columns decide whether a row changed: a paused
 		// column's excluded value is the default, never its stale value.
@@ -188,12 +189,12 @@ func (cd *compiledDef) generate() {
 		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
 gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
-up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM live ORDER BY __k COLLATE "C"
+up AS (INSERT INTO ` + c.Target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM live ORDER BY __k COLLATE "C"
        ON CONFLICT (` + joinf(nk, func(i int) string { return base.Ident(c.Key[i].Name) }, ", ") + `) DO UPDATE SET ` + set + `
        WHERE ` + changed + ` RETURNING 1),
-del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
-DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
-		cd.freshHead = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM (SELECT ` + liveCols + ` FROM ` + src
+del AS (DELETE FROM ` + c.Target() + ` AS t USING gone WHERE ` + model.KeyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
+DELETE FROM ` + c.Ledger() + ` e USING gone WHERE e.k = gone.k`
+		cd.freshHead = `INSERT INTO ` + c.Target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM (SELECT ` + liveCols + ` FROM ` + src
 		if !c.KeyNullable {
 			// A rebuild's chunk (rebuildSQL): rows that differ rewritten,
 			// missing ones inserted. A plain UPDATE, not derive's ON
@@ -205,14 +206,14 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 			r := &cd.rebuild
 			r.live = `SELECT ` + liveCols + ` FROM ` + src
 			if nf > 0 {
-				r.set = joinf(nf, func(i int) string { return base.Ident(fields[i].Name) + " = live.__f" + itoa(i) }, ", ")
+				r.set = joinf(nf, func(i int) string { return base.Ident(fields[i].Name) + " = live.__f" + model.Itoa(i) }, ", ")
 				r.diff = joinf(nf, func(i int) string {
-					return "t2." + base.Ident(fields[i].Name) + "::text IS DISTINCT FROM live.__f" + itoa(i) + "::text"
+					return "t2." + base.Ident(fields[i].Name) + "::text IS DISTINCT FROM live.__f" + model.Itoa(i) + "::text"
 				}, " OR ")
 			}
-			r.keyEq = joinf(nk, func(i int) string { return "t2." + base.Ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
-			r.insert = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel
-			r.order = joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
+			r.keyEq = joinf(nk, func(i int) string { return "t2." + base.Ident(c.Key[i].Name) + " = live.__p" + model.Itoa(i) }, " AND ")
+			r.insert = `INSERT INTO ` + c.Target() + ` AS t (` + tcols + `) SELECT ` + sel
+			r.order = joinf(nk, func(i int) string { return "__p" + model.Itoa(i) }, ", ")
 		}
 		if c.KeyNullable {
 			// One chunk (no range), a NULL-safe match no anti-join can hash.
@@ -224,43 +225,43 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		// insert itself. The anti-join reads only the chunk's own range of
 		// the target (the rows pages wrote there), never the whole growing
 		// target, which made an unbounded NOT EXISTS quadratic over a build.
-		cd.freshMid = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.target() + ` AS t2 WHERE `
-		cd.freshTail = joinf(nk, func(i int) string { return "t2." + base.Ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
+		cd.freshMid = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.Target() + ` AS t2 WHERE `
+		cd.freshTail = joinf(nk, func(i int) string { return "t2." + base.Ident(c.Key[i].Name) + " = live.__p" + model.Itoa(i) }, " AND ")
 		return
 	}
 
 	ng, na := len(c.Spec.GroupBy), len(c.Args)
 	gs := func(prefix string) string {
-		return joinf(ng, func(i int) string { return prefix + "g" + itoa(i) }, ", ")
+		return joinf(ng, func(i int) string { return prefix + "g" + model.Itoa(i) }, ", ")
 	}
 	as := func(prefix string) string {
 		if na == 0 {
 			return ""
 		}
-		return ", " + joinf(na, func(i int) string { return prefix + "a" + itoa(i) }, ", ")
+		return ", " + joinf(na, func(i int) string { return prefix + "a" + model.Itoa(i) }, ", ")
 	}
 	sks := func(prefix string) string {
 		if !c.NeedSrcKey {
 			return ""
 		}
-		return ", " + joinf(len(c.Key), func(i int) string { return prefix + "sk" + itoa(i) }, ", ")
+		return ", " + joinf(len(c.Key), func(i int) string { return prefix + "sk" + model.Itoa(i) }, ", ")
 	}
-	liveCols := joinf(ng, func(i int) string { return "(" + c.Spec.GroupBy[i].Expr + ") AS g" + itoa(i) }, ", ")
+	liveCols := joinf(ng, func(i int) string { return "(" + c.Spec.GroupBy[i].Expr + ") AS g" + model.Itoa(i) }, ", ")
 	for i, a := range c.Args {
-		liveCols += ", (" + a.Expr + ") AS a" + itoa(i)
+		liveCols += ", (" + a.Expr + ") AS a" + model.Itoa(i)
 	}
 	if c.NeedSrcKey {
 		for i, k := range c.Key {
-			liveCols += ", " + base.Ident(SourceAlias) + "." + base.Ident(k.Name) + " AS sk" + itoa(i)
+			liveCols += ", " + base.Ident(SourceAlias) + "." + base.Ident(k.Name) + " AS sk" + model.Itoa(i)
 		}
 	}
-	setLedger := "member = w.member, " + joinf(ng, func(i int) string { return "g" + itoa(i) + " = w.g" + itoa(i) }, ", ")
+	setLedger := "member = w.member, " + joinf(ng, func(i int) string { return "g" + model.Itoa(i) + " = w.g" + model.Itoa(i) }, ", ")
 	for i := range c.Args {
-		setLedger += ", a" + itoa(i) + " = w.a" + itoa(i)
+		setLedger += ", a" + model.Itoa(i) + " = w.a" + model.Itoa(i)
 	}
 	if c.NeedSrcKey {
 		for i := range c.Key {
-			setLedger += ", sk" + itoa(i) + " = w.sk" + itoa(i)
+			setLedger += ", sk" + model.Itoa(i) + " = w.sk" + model.Itoa(i)
 		}
 	}
 	gcols := joinf(ng, func(i int) string { return base.Ident(c.Spec.GroupBy[i].Name) }, ", ")
@@ -272,27 +273,27 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	insVals := []string{"dm"}
 	set := []string{`"__members" = t."__members" + excluded."__members"`}
 	for i, a := range c.Args {
-		ai := "a" + itoa(i)
-		dcols = append(dcols, "sum(CASE WHEN "+ai+" IS NULL THEN 0 ELSE sign END) AS dc"+itoa(i))
-		memberCols = append(memberCols, "count("+ai+") AS dc"+itoa(i))
-		insCols = append(insCols, base.Ident("__cnt"+itoa(i)))
-		insVals = append(insVals, "dc"+itoa(i))
-		set = append(set, base.Ident("__cnt"+itoa(i))+" = t."+base.Ident("__cnt"+itoa(i))+" + excluded."+base.Ident("__cnt"+itoa(i)))
+		ai := "a" + model.Itoa(i)
+		dcols = append(dcols, "sum(CASE WHEN "+ai+" IS NULL THEN 0 ELSE sign END) AS dc"+model.Itoa(i))
+		memberCols = append(memberCols, "count("+ai+") AS dc"+model.Itoa(i))
+		insCols = append(insCols, base.Ident("__cnt"+model.Itoa(i)))
+		insVals = append(insVals, "dc"+model.Itoa(i))
+		set = append(set, base.Ident("__cnt"+model.Itoa(i))+" = t."+base.Ident("__cnt"+model.Itoa(i))+" + excluded."+base.Ident("__cnt"+model.Itoa(i)))
 		if a.NeedSum {
 			z := "CAST('0' AS " + a.SumType + ")"
 			// Subtracting the negative part keeps a type's minimum from overflowing on negation.
-			dcols = append(dcols, "coalesce(sum("+ai+") FILTER (WHERE sign > 0), "+z+") - coalesce(sum("+ai+") FILTER (WHERE sign < 0), "+z+") AS ds"+itoa(i))
-			memberCols = append(memberCols, "coalesce(sum("+ai+"), "+z+") AS ds"+itoa(i))
-			insCols = append(insCols, base.Ident("__sum"+itoa(i)))
-			insVals = append(insVals, "ds"+itoa(i))
-			set = append(set, base.Ident("__sum"+itoa(i))+" = t."+base.Ident("__sum"+itoa(i))+" + excluded."+base.Ident("__sum"+itoa(i)))
+			dcols = append(dcols, "coalesce(sum("+ai+") FILTER (WHERE sign > 0), "+z+") - coalesce(sum("+ai+") FILTER (WHERE sign < 0), "+z+") AS ds"+model.Itoa(i))
+			memberCols = append(memberCols, "coalesce(sum("+ai+"), "+z+") AS ds"+model.Itoa(i))
+			insCols = append(insCols, base.Ident("__sum"+model.Itoa(i)))
+			insVals = append(insVals, "ds"+model.Itoa(i))
+			set = append(set, base.Ident("__sum"+model.Itoa(i))+" = t."+base.Ident("__sum"+model.Itoa(i))+" + excluded."+base.Ident("__sum"+model.Itoa(i)))
 		}
 		if a.NeedTrue {
-			dcols = append(dcols, "sum(CASE WHEN "+ai+" THEN sign ELSE 0 END) AS dt"+itoa(i))
-			memberCols = append(memberCols, "count(*) FILTER (WHERE "+ai+") AS dt"+itoa(i))
-			insCols = append(insCols, base.Ident("__true"+itoa(i)))
-			insVals = append(insVals, "dt"+itoa(i))
-			set = append(set, base.Ident("__true"+itoa(i))+" = t."+base.Ident("__true"+itoa(i))+" + excluded."+base.Ident("__true"+itoa(i)))
+			dcols = append(dcols, "sum(CASE WHEN "+ai+" THEN sign ELSE 0 END) AS dt"+model.Itoa(i))
+			memberCols = append(memberCols, "count(*) FILTER (WHERE "+ai+") AS dt"+model.Itoa(i))
+			insCols = append(insCols, base.Ident("__true"+model.Itoa(i)))
+			insVals = append(insVals, "dt"+model.Itoa(i))
+			set = append(set, base.Ident("__true"+model.Itoa(i))+" = t."+base.Ident("__true"+model.Itoa(i))+" + excluded."+base.Ident("__true"+model.Itoa(i)))
 		}
 	}
 	// acc reads an accumulator: a new group's delta, an existing group's
@@ -303,10 +304,10 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		accOwn
 	)
 	acc := func(mode int, what string, i int) string {
-		col := map[string]string{"m": `"__members"`, "c": base.Ident("__cnt" + itoa(i)), "s": base.Ident("__sum" + itoa(i)), "t": base.Ident("__true" + itoa(i))}[what]
+		col := map[string]string{"m": `"__members"`, "c": base.Ident("__cnt" + model.Itoa(i)), "s": base.Ident("__sum" + model.Itoa(i)), "t": base.Ident("__true" + model.Itoa(i))}[what]
 		switch mode {
 		case accNew:
-			return map[string]string{"m": "dm", "c": "dc" + itoa(i), "s": "ds" + itoa(i), "t": "dt" + itoa(i)}[what]
+			return map[string]string{"m": "dm", "c": "dc" + model.Itoa(i), "s": "ds" + model.Itoa(i), "t": "dt" + model.Itoa(i)}[what]
 		case accOwn:
 			return "t2." + col
 		}
@@ -348,7 +349,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	}
 	groupMatch := joinf(ng, func(i int) string {
 		g := "t2." + base.Ident(c.Spec.GroupBy[i].Name)
-		e := "e.g" + itoa(i)
+		e := "e.g" + model.Itoa(i)
 		return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
 	}, " AND ")
 	// recomputeAgg is a recomputed field over ledger entries "e": one
@@ -356,12 +357,12 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	// GROUP BY over the entries (grouped).
 	recomputeAgg := func(i int, perRow bool) string {
 		f := c.Spec.Fields[i]
-		a := "e.a" + itoa(c.FieldArg[i])
+		a := "e.a" + model.Itoa(c.FieldArg[i])
 		var agg string
 		if f.Agg == AggJSONBAgg {
-			agg = "jsonb_agg(" + a + " ORDER BY " + joinf(len(c.Key), func(j int) string { return "e.sk" + itoa(j) }, ", ") + ")"
+			agg = "jsonb_agg(" + a + " ORDER BY " + joinf(len(c.Key), func(j int) string { return "e.sk" + model.Itoa(j) }, ", ") + ")"
 		} else {
-			agg = aggSQLName[f.Agg] + "(" + a + ")"
+			agg = model.AggSQLName(f.Agg) + "(" + a + ")"
 		}
 		if f.Cast != "" {
 			agg = "(" + agg + ")::" + f.Cast
@@ -369,7 +370,7 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 		if !perRow {
 			return agg
 		}
-		return "(SELECT " + agg + " FROM " + c.ledger() + " e WHERE e.member AND " + groupMatch + ")"
+		return "(SELECT " + agg + " FROM " + c.Ledger() + " e WHERE e.member AND " + groupMatch + ")"
 	}
 	// What each field is, computed for target row t2 from what is kept for
 	// its group (a refresh after a field pause).
@@ -387,21 +388,21 @@ DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
 	cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
 live AS (SELECT u.k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
 want AS (SELECT u.k, (l.k IS NOT NULL) AS member, ` + gs("l.") + as("l.") + sks("l.") + ` FROM u LEFT JOIN live l ON l.k = u.k),
-old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY($1::text[])),
-upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM want w
-        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
+old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.Ledger() + ` e WHERE e.k = ANY($1::text[])),
+upd AS (UPDATE ` + c.Ledger() + ` e SET ` + setLedger + ` FROM want w
+        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.Ledger() + `
         RETURNING e.k),
 moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
           UNION ALL
           SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM want w JOIN upd USING (k) WHERE w.member),
 d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `)
-INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
+INSERT INTO ` + c.Target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
 SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
 ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
 RETURNING t.ctid`
 	lcols := "k, member, " + gs("")
 	for i := range c.Args {
-		lcols += ", a" + itoa(i)
+		lcols += ", a" + model.Itoa(i)
 	}
 	lcols += sks("")
 	// An aggregate rebuild's chunk (rebuildAggSQL): derive over a key
@@ -410,19 +411,19 @@ RETURNING t.ctid`
 	// member; keys the source lacks are the sweep's. The update finds the
 	// entries old read by their tuple ids (no second index descent per key;
 	// the chunk's lock keeps them where they are).
-	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
+	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
 	cd.rebuildAgg.tail = `),
-old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
-upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM live w
-        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
+old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.Ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
+upd AS (UPDATE ` + c.Ledger() + ` e SET ` + setLedger + ` FROM live w
+        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.Ledger() + `
         RETURNING e.k),
-ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `) SELECT w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + ` FROM live w
+ins AS (INSERT INTO ` + c.Ledger() + ` (` + lcols + `) SELECT w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + ` FROM live w
         WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.k = w.k) ORDER BY w.k COLLATE "C" RETURNING k),
 moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
           UNION ALL
           SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM live w WHERE w.k IN (SELECT k FROM upd UNION ALL SELECT k FROM ins)),
 d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `),
-tg AS (INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
+tg AS (INSERT INTO ` + c.Target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
 SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
 ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
 RETURNING t.ctid)
@@ -433,10 +434,10 @@ SELECT (SELECT count(*) FROM live), coalesce(array_agg(ctid), '{}') FROM tg`
 	// per row (a subplan, never a hash of the growing ledger) and skipped;
 	// a plain insert, because ON CONFLICT's speculative insertion cost
 	// about twice the insert itself.
-	cd.freshHead = `INSERT INTO ` + c.ledger() + ` (` + lcols + `)
-SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM (SELECT ` + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
+	cd.freshHead = `INSERT INTO ` + c.Ledger() + ` (` + lcols + `)
+SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM (SELECT ` + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
 	cd.freshTail = `) live
-WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER BY k COLLATE "C"`
+WHERE (SELECT true FROM ` + c.Ledger() + ` e WHERE e.k = live.k) IS NULL ORDER BY k COLLATE "C"`
 	// Every group from its members, as derive's increments would leave it
 	// from nothing (the same dcols with sign 1), recomputed fields included.
 	gcolsAll, gvals := []string{gcols}, []string{gs("")}
@@ -445,12 +446,12 @@ WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER B
 	var raggs []string
 	for _, i := range recompute {
 		gcolsAll = append(gcolsAll, base.Ident(c.Spec.Fields[i].Name))
-		gvals = append(gvals, "__r"+itoa(i))
-		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+itoa(i))
+		gvals = append(gvals, "__r"+model.Itoa(i))
+		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+model.Itoa(i))
 	}
 	groups := `SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(memberCols, ", ") + strings.Join(raggs, "") + `
-  FROM (SELECT ` + gs("") + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d`
-	cd.groupsSQL = `INSERT INTO ` + c.target() + ` (` + strings.Join(gcolsAll, ", ") + `)
+  FROM (SELECT ` + gs("") + as("") + sks("") + ` FROM ` + c.Ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d`
+	cd.groupsSQL = `INSERT INTO ` + c.Target() + ` (` + strings.Join(gcolsAll, ", ") + `)
 ` + groups + `
 ORDER BY ` + gs("")
 	// A rebuild's groups step reconciles instead (the target has every
@@ -466,27 +467,27 @@ ORDER BY ` + gs("")
 	row := func(alias string) string {
 		return "ROW(" + joinf(len(written), func(i int) string { return alias + "." + written[i] }, ", ") + ")"
 	}
-	cd.reconcileSQL = `INSERT INTO ` + c.target() + ` AS t (` + strings.Join(gcolsAll, ", ") + `)
+	cd.reconcileSQL = `INSERT INTO ` + c.Target() + ` AS t (` + strings.Join(gcolsAll, ", ") + `)
 ` + groups + `
 ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(rset, ", ") + ` WHERE record_image_ne(` + row("t") + `, ` + row("excluded") + `)`
-	tk, _ := c.targetIdentity()
-	cd.pruneSQL = `DELETE FROM ` + c.target() + ` AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT ` +
-		joinf(ng, func(i int) string { return "g" + itoa(i) + " AS " + base.Ident(c.Spec.GroupBy[i].Name) }, ", ") + ` FROM ` + c.ledger() +
-		` WHERE member) e WHERE ` + keySQL("e", tk, true) + ` = ` + keySQL("t", tk, true) + `)`
-	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
-	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
+	tk, _ := c.TargetIdentity()
+	cd.pruneSQL = `DELETE FROM ` + c.Target() + ` AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT ` +
+		joinf(ng, func(i int) string { return "g" + model.Itoa(i) + " AS " + base.Ident(c.Spec.GroupBy[i].Name) }, ", ") + ` FROM ` + c.Ledger() +
+		` WHERE member) e WHERE ` + model.KeySQL("e", tk, true) + ` = ` + model.KeySQL("t", tk, true) + `)`
+	cd.deleteEmpty = "DELETE FROM " + c.Target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
+	cd.ledgerGC = "DELETE FROM " + c.Ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
 	if len(recompute) > 0 {
 		var subs, sets, diffs []string
 		for _, i := range recompute {
 			f := c.Spec.Fields[i]
 			name := base.Ident(f.Name)
-			subs = append(subs, recomputeAgg(i, true)+" AS __r"+itoa(i))
-			sets = append(sets, name+" = m.__r"+itoa(i))
+			subs = append(subs, recomputeAgg(i, true)+" AS __r"+model.Itoa(i))
+			sets = append(sets, name+" = m.__r"+model.Itoa(i))
 			// Renderings, not =: numeric 1.5 and 1.50 differ.
-			diffs = append(diffs, "t."+name+"::text IS DISTINCT FROM m.__r"+itoa(i)+"::text")
+			diffs = append(diffs, "t."+name+"::text IS DISTINCT FROM m.__r"+model.Itoa(i)+"::text")
 		}
-		cd.recompute = "UPDATE " + c.target() + " AS t SET " + strings.Join(sets, ", ") +
-			" FROM (SELECT t2.ctid AS __c, " + strings.Join(subs, ", ") + " FROM " + c.target() + " t2 WHERE t2.ctid = ANY($1::tid[])) m" +
+		cd.recompute = "UPDATE " + c.Target() + " AS t SET " + strings.Join(sets, ", ") +
+			" FROM (SELECT t2.ctid AS __c, " + strings.Join(subs, ", ") + " FROM " + c.Target() + " t2 WHERE t2.ctid = ANY($1::tid[])) m" +
 			" WHERE t.ctid = m.__c AND (" + strings.Join(diffs, " OR ") + ")"
 	}
 }
@@ -504,7 +505,7 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	args, _, bad := keyArgs(keys, cd.c.Key, cd.c.KeyNullable)
+	args, _, bad := model.KeyArgs(keys, cd.c.Key, cd.c.KeyNullable)
 	if len(bad) > 0 {
 		e.log.Warn("undecodable keys skipped", "definition", cd.id, "count", len(bad))
 	}

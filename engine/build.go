@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
@@ -214,7 +215,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if done < 0 {
 		// In key order, so that a step stopped by its budget leaves the
 		// rest of the range, (last applied key, hi], to the next step.
-		q := "SELECT " + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.source() + " AS " + base.Ident(SourceAlias) + where
+		q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
 		until := stepEnd
 		if c.KeyNullable {
 			until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
@@ -286,11 +287,11 @@ func (e *Engine) rangeConds(c *compiled, alias string, lo, hi *string, first int
 	var args []any
 	cols := joinf(len(c.Key), func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
 	bound := func(k string, op string) {
-		parts, _ := decodeKey(k, len(c.Key), false)
+		parts, _ := model.DecodeKey(k, len(c.Key), false)
 		var ps []string
 		for i, p := range parts {
 			args = append(args, *p)
-			ps = append(ps, "$"+itoa(first+len(args)-1)+"::text::"+c.Key[i].Type)
+			ps = append(ps, "$"+model.Itoa(first+len(args)-1)+"::text::"+c.Key[i].Type)
 		}
 		conds = append(conds, "ROW("+cols+") "+op+" ROW("+strings.Join(ps, ", ")+")")
 	}
@@ -318,7 +319,7 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 	}
 	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) VALUES ($1, $2, 'chunk', $3, $4)", e.tbl("_build_tasks"))
 	if c.KeyNullable {
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+c.source()).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+c.Source()).Scan(&n); err != nil {
 			return 0, nil, false, err
 		}
 		_, err := tx.Exec(ctx, ins, cd.id, build, nil, nil)
@@ -338,8 +339,8 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 	}
 	order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 	orderW := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " DESC" }, ", ")
-	from := " FROM " + c.source() + " AS " + base.Ident(SourceAlias)
-	key := keySQL(base.Ident(SourceAlias), c.Key, false)
+	from := " FROM " + c.Source() + " AS " + base.Ident(SourceAlias)
+	key := model.KeySQL(base.Ident(SourceAlias), c.Key, false)
 	for step := 0; ; step++ {
 		// Bounded by keys and by the step budget (each chunk boundary is
 		// an index walk of a chunk's keys), at least one chunk a step.
@@ -395,11 +396,11 @@ func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledD
 	var reltuples float64
 	var all []string
 	err := tx.QueryRow(ctx, `SELECT greatest(cl.reltuples, 0)::float8,
-		  coalesce((SELECT array_agg(`+keySQL("h", c.Key, false)+` ORDER BY h.i)
+		  coalesce((SELECT array_agg(`+model.KeySQL("h", c.Key, false)+` ORDER BY h.i)
 		    FROM unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS h(`+base.Ident(k.Name)+`, i)), '{}')
 		FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
 		LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited
-		WHERE cl.oid = to_regclass($1)`, c.source(), k.Name).Scan(&reltuples, &all)
+		WHERE cl.oid = to_regclass($1)`, c.Source(), k.Name).Scan(&reltuples, &all)
 	if errors.Is(err, pgx.ErrNoRows) || len(all) < 2 {
 		return 0, nil, nil
 	}
@@ -445,7 +446,7 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 		}
 	}
 	if q := cd.refreshSQL(todo); q != "" {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN SHARE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.Ledger()+" IN SHARE MODE"); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
@@ -487,7 +488,7 @@ func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, fresh
 	if agg {
 		mode = "SHARE ROW EXCLUSIVE"
 	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN "+mode+" MODE"); err != nil {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.Ledger()+" IN "+mode+" MODE"); err != nil {
 		return 0, err
 	}
 	if agg && freshBuild != 0 {
@@ -577,7 +578,7 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	// A heap build's ledger has no writer left but its index task, whose
 	// SHARE lock a read shares: the two run side by side.
 	if !heap {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+c.Ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 			return err
 		}
 	}
@@ -594,7 +595,7 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true), set_config('work_mem', '64MB', true)"); err != nil {
 		return err
 	}
-	stmts := []string{"DELETE FROM " + c.target(), cd.groupsSQL}
+	stmts := []string{"DELETE FROM " + c.Target(), cd.groupsSQL}
 	if heap {
 		stmts = stmts[1:] // no page wrote the target
 	}
@@ -651,7 +652,7 @@ func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, cla
 	}
 	drop := "DROP INDEX " + *index // schema-qualified and quoted by regclass
 	if constraint != nil {
-		drop = "ALTER TABLE " + c.ledger() + " DROP CONSTRAINT " + base.Ident(*constraint)
+		drop = "ALTER TABLE " + c.Ledger() + " DROP CONSTRAINT " + base.Ident(*constraint)
 	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_heap"); err != nil {
 		return false, err
@@ -680,7 +681,7 @@ func ledgerKeyIndex(ctx context.Context, q Querier, c *compiled) (index, constra
 		LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
 		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indkey[0] = a.attnum
 		  AND i.indpred IS NULL AND i.indexprs IS NULL
-		LIMIT 1`, c.ledger()).Scan(&index, &constraint)
+		LIMIT 1`, c.Ledger()).Scan(&index, &constraint)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil
 	}
@@ -717,7 +718,7 @@ func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) er
 	}
 	// A plain unique index (SHARE lock): a groups task reading the ledger
 	// meanwhile is not held up, as ADD PRIMARY KEY's exclusive lock would.
-	_, err := tx.Exec(ctx, "CREATE UNIQUE INDEX ON "+c.ledger()+" (k)")
+	_, err := tx.Exec(ctx, "CREATE UNIQUE INDEX ON "+c.Ledger()+" (k)")
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // captureVersion changes whenever the generated capture code changes, so
@@ -145,7 +146,7 @@ BEGIN
 	}
 	tail := "  RETURN NULL;\nEND " + tag
 	log := e.tbl("_change_log")
-	key := keySQL("x", p.key, p.nullable)
+	key := model.KeySQL("x", p.key, p.nullable)
 	tl := base.Lit(p.table)
 	// One log row per statement: its changed keys in one array (an empty
 	// statement writes nothing, array_agg of no rows being NULL).

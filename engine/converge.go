@@ -193,7 +193,7 @@ func (e *Engine) AwaitLive(ctx context.Context, target TableName, timeout time.D
 			return err
 		}
 		if s == nil {
-			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target.display()).WithClass("not_found", "TransformNotFound")
+			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target.Display()).WithClass("not_found", "TransformNotFound")
 		}
 		if s.Status == "live" {
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -38,7 +39,7 @@ const typeNameSQL = `SELECT CASE WHEN t.typnamespace = 'pg_catalog'::regnamespac
 // waiting_to_backfill and wakes the staging worker at commit. Background work
 // starts only once the transaction commits; a rollback undoes everything.
 func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, err error) {
-	if err := spec.check(e.cfg.TargetSchema); err != nil {
+	if err := spec.Check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
 	// All or nothing even on an autocommit handle: a definition row seen
@@ -119,7 +120,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	var taken string
 	err = q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname IN ($2, $3) LIMIT 1`,
-		spec.Target.Schema, spec.Target.Name, spec.Target.Name+ledgerSuffix).Scan(&taken)
+		spec.Target.Schema, spec.Target.Name, spec.Target.Name+model.LedgerSuffix).Scan(&taken)
 	if err == nil {
 		variant := "TargetTableExists"
 		if taken != spec.Target.Name {
@@ -136,7 +137,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 
-	tshape, lshape := c.shapes()
+	tshape, lshape := shapesOf(c)
 	for _, sh := range []*tableShape{tshape, lshape} {
 		if err := sh.resolve(ctx, q); err != nil {
 			return nil, err
@@ -149,19 +150,19 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if err != nil {
 		return nil, err
 	}
-	d = &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.kind()}
+	d = &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.Kind()}
 	role := "source"
 	if upstream != nil {
 		role = "upstream_target"
 	}
-	cols, _ := json.Marshal(spec.reads())
+	cols, _ := json.Marshal(spec.Reads())
 	// The catalog rows and the tables (owned by the workers' role, D20) are
 	// written by a SECURITY DEFINER function that re-checks privileges for
 	// the acting role (D9).
 	ts, _ := json.Marshal(tshape)
 	ls, _ := json.Marshal(lshape)
 	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1, $2, $3, $4, $5, $6, $7::oid, $8, $9, $10, $11)`,
-		base.Ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
+		base.Ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.Kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +198,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 			if err := json.Unmarshal(raw, upstream); err != nil {
 				return nil, false, nil, err
 			}
-			key, nullable = upstream.targetIdentity()
+			key, nullable = upstream.TargetIdentity()
 		}
 	}
 	if len(key) == 0 {
@@ -214,38 +215,6 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 		}
 	}
 	return key, nullable, upstream, nil
-}
-
-func (s *Spec) reads() []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(cols []string) {
-		for _, c := range cols {
-			if !seen[c] {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-	}
-	for _, g := range s.GroupBy {
-		add(g.Reads)
-	}
-	for _, f := range s.Fields {
-		add(f.Reads)
-	}
-	return out
-}
-
-// targetIdentity is the key a reader of this definition's target uses.
-func (c *compiled) targetIdentity() ([]keyCol, bool) {
-	if !c.Spec.IsAggregate() {
-		return c.Key, c.KeyNullable
-	}
-	out := make([]keyCol, len(c.Spec.GroupBy))
-	for i, g := range c.Spec.GroupBy {
-		out[i] = keyCol{Name: g.Name, Type: c.GroupBase[i], FullType: c.GroupTypes[i]}
-	}
-	return out, true
 }
 
 func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
@@ -308,26 +277,8 @@ func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail strin
 	return full, baseTypes, nil
 }
 
-func (c *compiled) resolveArgs() {
-	c.FieldArg = make([]int, len(c.Spec.Fields))
-	idx := map[string]int{}
-	for i, f := range c.Spec.Fields {
-		if f.Agg == AggCountStar {
-			c.FieldArg[i] = -1
-			continue
-		}
-		j, ok := idx[f.Expr]
-		if !ok {
-			j = len(c.Args)
-			idx[f.Expr] = j
-			c.Args = append(c.Args, argInfo{Expr: f.Expr})
-		}
-		c.FieldArg[i] = j
-	}
-}
-
 func aggCall(f Field) string {
-	name := aggSQLName[f.Agg]
+	name := model.AggSQLName(f.Agg)
 	var call string
 	if f.Agg == AggCountStar {
 		call = "count(*)"
@@ -344,7 +295,7 @@ var exactSum = map[string]bool{"smallint": true, "integer": true, "bigint": true
 var intType = map[string]bool{"smallint": true, "integer": true, "bigint": true}
 
 func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error {
-	src := c.source()
+	src := c.Source()
 	spec := &c.Spec
 	if !spec.IsAggregate() {
 		exprs := make([]string, len(spec.Fields))
@@ -358,7 +309,7 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 		c.FieldTypes = full
 		return nil
 	}
-	c.resolveArgs()
+	c.ResolveArgs()
 	var exprs []string
 	for _, g := range spec.GroupBy {
 		exprs = append(exprs, "("+g.Expr+")")

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -941,7 +942,7 @@ func (dr *diffRun) diagnose(d *dDef) string {
 		if len(d.group) > 0 {
 			led += " WHERE member"
 		}
-		src := "SELECT " + keySQL("x", c.Key, c.KeyNullable) + " FROM " + d.src + " x"
+		src := "SELECT " + model.KeySQL("x", c.Key, c.KeyNullable) + " FROM " + d.src + " x"
 		for _, dir := range [][3]string{{src, led, "in source, not in ledger"}, {led, src, "in ledger, not in source"}} {
 			rows, err := dr.pool.Query(ctx, "SELECT to_json(k)::text FROM (("+dir[0]+") EXCEPT ("+dir[1]+")) y(k) LIMIT 10")
 			if err == nil {

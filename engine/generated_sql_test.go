@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // Golden files of the SQL the engine generates, so a change to a generator
@@ -141,7 +142,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 			fmt.Fprintf(&b, "-- %s: %s\n%s;\n\n", target, name, strings.TrimSpace(sql))
 		}
 	}
-	tgt, led := c.shapes()
+	tgt, led := shapesOf(c)
 	section("target shape", goldenShape(tgt))
 	section("ledger shape", goldenShape(led))
 	p := e.newCapturePlan(c.SourceText, c.Key, c.KeyNullable)
@@ -218,7 +219,7 @@ func goldenBound(s string, n int) *string {
 		v := s
 		parts[i] = &v
 	}
-	k := encodeKey(parts, false)
+	k := model.EncodeKey(parts, false)
 	return &k
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
@@ -61,7 +62,7 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	want := make([]string, len(p.key))
 	for i, k := range p.key {
 		names[i] = base.Lit(k.Name)
-		oid := itoa(int(p.keyTypes[i]))
+		oid := model.Itoa(int(p.keyTypes[i]))
 		pairs[i] = "(" + base.Lit(k.Name) + "::name, " + oid + "::oid)"
 		now[i] = "pg_typeof((SELECT x." + base.Ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
 		want[i] = oid + "::oid"
@@ -75,7 +76,7 @@ func (e *Engine) captureGuard(p *capturePlan, event string) string {
 	miss := "NOT FOUND"
 	if len(p.key) > 1 {
 		probe += "  GET DIAGNOSTICS v_n = ROW_COUNT;\n"
-		miss = "v_n <> " + itoa(len(p.key))
+		miss = "v_n <> " + model.Itoa(len(p.key))
 	}
 	return probe + `  IF ` + miss + ` THEN
     -- Changed, or seen through a snapshot that may be stale: ask the current catalog.
@@ -578,7 +579,7 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 		return err
 	}
 	tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
-		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s) OR EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger(), c.target()), id, build)
+		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s) OR EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.Ledger(), c.Target()), id, build)
 	if err != nil {
 		return err
 	}
@@ -646,7 +647,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		if lo != nil {
 			after = *lo
 		}
-		rows, err := tx.Query(ctx, "SELECT k FROM "+c.ledger()+` WHERE k COLLATE "C" > $1 ORDER BY k COLLATE "C" LIMIT $2`, after, e.cfg.BuildChunkSize)
+		rows, err := tx.Query(ctx, "SELECT k FROM "+c.Ledger()+` WHERE k COLLATE "C" > $1 ORDER BY k COLLATE "C" LIMIT $2`, after, e.cfg.BuildChunkSize)
 		if err != nil {
 			return err
 		}
@@ -657,7 +658,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		// A nullable identity (a 1-1 reader of an aggregate target: its keys
 		// are group tuples) has no typed cursor; it is walked in one step,
 		// as its build reads its source in one chunk.
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+base.Ident(SourceAlias))
+		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(SourceAlias))
 		if err != nil {
 			return err
 		}
@@ -667,7 +668,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 	} else {
 		where, args := e.rangeWhere(c, lo, nil, 2)
 		order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+base.Ident(SourceAlias)+
+		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(SourceAlias)+
 			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)
 		if err != nil {
 			return err
@@ -721,9 +722,9 @@ func absentFromSource(ctx context.Context, q Querier, c *compiled, keys []string
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	args, unnest, bad := keyArgs(keys, c.Key, c.KeyNullable)
-	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.source()+" AS "+base.Ident(SourceAlias)+
-		" WHERE "+keyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
+	args, unnest, bad := model.KeyArgs(keys, c.Key, c.KeyNullable)
+	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.Source()+" AS "+base.Ident(SourceAlias)+
+		" WHERE "+model.KeyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
 	if err != nil {
 		return nil, err
 	}

@@ -113,15 +113,15 @@ func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []
 		// Wait out and hold off build chunks writing this definition, so
 		// the DELETEs below see every committed entry and group (a row a
 		// chunk inserted after the DELETE's snapshot would survive it).
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.ledger()+", "+d.cd.c.target()+" IN EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.Ledger()+", "+d.cd.c.Target()+" IN EXCLUSIVE MODE"); err != nil {
 			return err
 		}
 		// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
 		// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
-		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.target()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.Target()); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.ledger()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.Ledger()); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,8 @@ package engine
 import (
 	"context"
 	"strings"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // shapeCol is one column of a table shape (_create_table's "cols").
@@ -41,9 +43,9 @@ func (s *tableShape) add(name, typ string, notNull bool) {
 	s.Cols = append(s.Cols, shapeCol{Name: name, Type: typ, NotNull: notNull})
 }
 
-// shapes are the target's and the ledger's shapes (grammar §11, engine
+// shapesOf is the target's and the ledger's shapes (grammar §11, engine
 // §12.2), with type names as the engine resolved them.
-func (c *compiled) shapes() (target, ledger *tableShape) {
+func shapesOf(c *compiled) (target, ledger *tableShape) {
 	spec := &c.Spec
 	target, ledger = &tableShape{}, &tableShape{}
 	if !spec.IsAggregate() {
@@ -73,12 +75,12 @@ func (c *compiled) shapes() (target, ledger *tableShape) {
 	}
 	target.add("__members", "bigint", true)
 	for i, a := range c.Args {
-		target.add("__cnt"+itoa(i), "bigint", true)
+		target.add("__cnt"+model.Itoa(i), "bigint", true)
 		if a.NeedSum {
-			target.add("__sum"+itoa(i), a.SumType, true)
+			target.add("__sum"+model.Itoa(i), a.SumType, true)
 		}
 		if a.NeedTrue {
-			target.add("__true"+itoa(i), "bigint", true)
+			target.add("__true"+model.Itoa(i), "bigint", true)
 		}
 	}
 	ledger.add("k", `text COLLATE "C"`, true)
@@ -86,15 +88,15 @@ func (c *compiled) shapes() (target, ledger *tableShape) {
 	ledger.Cols = append(ledger.Cols, shapeCol{Name: "member", Type: "boolean", NotNull: true, DefFalse: true})
 	var lg []string
 	for i := range spec.GroupBy {
-		ledger.add("g"+itoa(i), c.GroupTypes[i], false)
-		lg = append(lg, "g"+itoa(i))
+		ledger.add("g"+model.Itoa(i), c.GroupTypes[i], false)
+		lg = append(lg, "g"+model.Itoa(i))
 	}
 	for i, a := range c.Args {
-		ledger.add("a"+itoa(i), a.Type, false)
+		ledger.add("a"+model.Itoa(i), a.Type, false)
 	}
 	if c.NeedSrcKey {
 		for i, k := range c.Key {
-			ledger.add("sk"+itoa(i), k.FullType, false)
+			ledger.add("sk"+model.Itoa(i), k.FullType, false)
 		}
 	}
 	// Only fields recomputed from the members (MIN, MAX, …) read a group's

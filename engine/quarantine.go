@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // Quarantine (engine spec §12.12, surface §6, §13 fuses).
@@ -200,7 +201,7 @@ func (e *Engine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef
 	if cd.c.Spec.IsAggregate() || len(cd.fieldProbe) == 0 {
 		return nil
 	}
-	args, _, _ := keyArgs([]string{f.key}, cd.c.Key, cd.c.KeyNullable)
+	args, _, _ := model.KeyArgs([]string{f.key}, cd.c.Key, cd.c.KeyNullable)
 	for _, fl := range cd.c.Spec.Fields {
 		q, ok := cd.fieldProbe[fl.Name]
 		if !ok {

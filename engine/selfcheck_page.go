@@ -49,7 +49,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs := cd.c.selfCheckSQL(paused)
+	cs := selfCheckSQL(cd.c, paused)
 	token, caught, err := e.scWait(ctx, j)
 	if err != nil || !caught {
 		return &scPage{done: true, outcome: "not_caught_up", token: token}, err

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // checkSQL is a self-check's comparison for one definition (D18 self-check):
@@ -47,7 +48,7 @@ func (cs *checkSQL) pageArgs(cursor *string, limit int64) []any {
 	args := []any{cursor == nil}
 	var parts []*string
 	if cursor != nil {
-		parts, _ = decodeKey(*cursor, len(cs.key), cs.nullable)
+		parts, _ = model.DecodeKey(*cursor, len(cs.key), cs.nullable)
 	}
 	for i := range cs.key {
 		var p *string
@@ -64,14 +65,14 @@ func (cs *checkSQL) diffArgs(keys []string) []any {
 	if !cs.typed || cs.textDiff {
 		return []any{keys}
 	}
-	args, _, _ := keyArgs(keys, cs.key, false)
+	args, _, _ := model.KeyArgs(keys, cs.key, false)
 	return args
 }
 
 // selfCheckSQL renders the comparison, leaving out paused columns.
-func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
-	tk, nullable := c.targetIdentity()
-	src := c.source() + " AS " + base.Ident(SourceAlias)
+func selfCheckSQL(c *compiled, paused map[string]bool) *checkSQL {
+	tk, nullable := c.TargetIdentity()
+	src := c.Source() + " AS " + base.Ident(SourceAlias)
 	var recCols, cols []string
 	var recompute string
 	if !c.Spec.IsAggregate() {
@@ -111,32 +112,32 @@ func (c *compiled) selfCheckSQL(paused map[string]bool) *checkSQL {
 		recompute = "SELECT " + strings.Join(recCols, ", ") + " FROM " + src + " GROUP BY " + strings.Join(groups, ", ")
 	}
 	side := func(from, alias string) string {
-		s := "SELECT " + keySQL(alias, tk, nullable) + " AS k"
+		s := "SELECT " + model.KeySQL(alias, tk, nullable) + " AS k"
 		for i, col := range cols {
-			s += ", " + alias + "." + base.Ident(col) + "::text AS c" + itoa(i)
+			s += ", " + alias + "." + base.Ident(col) + "::text AS c" + model.Itoa(i)
 		}
 		return s + " FROM " + from
 	}
 	ctes := func(filter string) string {
-		return "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.target()+" AS t", "t") + ") x WHERE " + filter + "),\n" +
+		return "tgt AS MATERIALIZED (SELECT * FROM (" + side(c.Target()+" AS t", "t") + ") x WHERE " + filter + "),\n" +
 			"rec AS MATERIALIZED (SELECT * FROM (" + side("("+recompute+") AS r", "r") + ") x WHERE " + filter + ")"
 	}
 	cs := &checkSQL{cols: cols}
 	if c.Spec.IsAggregate() {
 		var lg, sg []string
 		for i, g := range c.Spec.GroupBy {
-			lg = append(lg, "e.g"+itoa(i)+" AS "+base.Ident(g.Name))
+			lg = append(lg, "e.g"+model.Itoa(i)+" AS "+base.Ident(g.Name))
 			sg = append(sg, "("+g.Expr+") AS "+base.Ident(g.Name))
 		}
-		cs.groupsOf = "SELECT " + keySQL("x", tk, nullable) + " FROM (SELECT " + strings.Join(lg, ", ") + " FROM " + c.ledger() +
-			" e WHERE e.k = ANY($1::text[]) AND e.member) x UNION SELECT " + keySQL("y", tk, nullable) + " FROM (SELECT " +
-			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + keySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
+		cs.groupsOf = "SELECT " + model.KeySQL("x", tk, nullable) + " FROM (SELECT " + strings.Join(lg, ", ") + " FROM " + c.Ledger() +
+			" e WHERE e.k = ANY($1::text[]) AND e.member) x UNION SELECT " + model.KeySQL("y", tk, nullable) + " FROM (SELECT " +
+			strings.Join(sg, ", ") + " FROM " + src + " WHERE " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " = ANY($1::text[])) y"
 	}
 	sel := `SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra`
 	var differs []string
 	for i := range cols {
-		ci := "c" + itoa(i)
-		sel += ", tgt." + ci + " AS t" + itoa(i) + ", rec." + ci + " AS r" + itoa(i)
+		ci := "c" + model.Itoa(i)
+		sel += ", tgt." + ci + " AS t" + model.Itoa(i) + ", rec." + ci + " AS r" + model.Itoa(i)
 		differs = append(differs, "tgt."+ci+" IS DISTINCT FROM rec."+ci)
 	}
 	where := "tgt.k IS NULL OR rec.k IS NULL"
@@ -171,7 +172,7 @@ ORDER BY coalesce(tgt.k, rec.k) COLLATE "C"`
 // cursor, and renders keys per group, not per source row. The re-check
 // stays on renderings (the text diff).
 func (cs *checkSQL) typedGroupPages(c *compiled, cols, recCols []string, join string) {
-	tk, _ := c.targetIdentity()
+	tk, _ := c.TargetIdentity()
 	cs.typed, cs.key, cs.nullable, cs.textDiff = true, tk, true, true
 	g := c.Spec.GroupBy[0]
 	typ := tk[0].Type
@@ -179,9 +180,9 @@ func (cs *checkSQL) typedGroupPages(c *compiled, cols, recCols []string, join st
 		return "($1::boolean OR " + x + " > $2::" + typ + " OR (" + x + " IS NULL AND $2::" + typ + " IS NOT NULL))"
 	}
 	out := func(alias, from string) string {
-		q := "SELECT " + alias + "." + base.Ident(g.Name) + " AS p0, " + keySQL(alias, tk, true) + " AS k"
+		q := "SELECT " + alias + "." + base.Ident(g.Name) + " AS p0, " + model.KeySQL(alias, tk, true) + " AS k"
 		for i, col := range cols {
-			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + itoa(i)
+			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + model.Itoa(i)
 		}
 		return q + " FROM " + from
 	}
@@ -190,10 +191,10 @@ func (cs *checkSQL) typedGroupPages(c *compiled, cols, recCols []string, join st
 	// The recompute's bound: every group when the target's page is short
 	// (the end) or ends with the NULL group, else up to its last group.
 	bound := "((SELECT NOT b.full OR b.has_null FROM bnd b) OR " + gx + " <= (SELECT b.hi FROM bnd b))"
-	cs.page = "WITH tgt AS MATERIALIZED (" + out("t", "(SELECT * FROM "+c.target()+" AS t WHERE "+after(tcol)+
+	cs.page = "WITH tgt AS MATERIALIZED (" + out("t", "(SELECT * FROM "+c.Target()+" AS t WHERE "+after(tcol)+
 		" ORDER BY "+tcol+" LIMIT $3) t") + "),\n" +
 		"bnd AS MATERIALIZED (SELECT count(*) >= $3 AS full, bool_or(p0 IS NULL) AS has_null, max(p0) AS hi FROM tgt),\n" +
-		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.source()+" AS "+base.Ident(SourceAlias)+
+		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.Source()+" AS "+base.Ident(SourceAlias)+
 		" WHERE "+after(gx)+" AND "+bound+" GROUP BY "+gx+") r") + "),\n" +
 		"ks AS (SELECT p0, k FROM tgt UNION SELECT p0, k FROM rec),\n" +
 		"b AS (SELECT (SELECT k FROM ks ORDER BY p0 DESC NULLS FIRST LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
@@ -212,20 +213,20 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 	keyList := func(alias string) string {
 		return joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
 	}
-	params := joinf(n, func(i int) string { return "$" + itoa(i+2) + "::" + c.Key[i].Type }, ", ")
-	limit := "$" + itoa(n+2)
+	params := joinf(n, func(i int) string { return "$" + model.Itoa(i+2) + "::" + c.Key[i].Type }, ", ")
+	limit := "$" + model.Itoa(n+2)
 	after := func(alias string) string { return "($1::boolean OR (" + keyList(alias) + ") > (" + params + "))" }
-	ps := joinf(n, func(i int) string { return "p" + itoa(i) }, ", ")
+	ps := joinf(n, func(i int) string { return "p" + model.Itoa(i) }, ", ")
 	// out projects a side's rows: typed key parts, rendering, column texts.
 	out := func(alias, from string) string {
-		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) + " AS p" + itoa(i) }, ", ") +
-			", " + keySQL(alias, c.Key, false) + " AS k"
+		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) + " AS p" + model.Itoa(i) }, ", ") +
+			", " + model.KeySQL(alias, c.Key, false) + " AS k"
 		for i, col := range cols {
-			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + itoa(i)
+			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + model.Itoa(i)
 		}
 		return q + " FROM " + from
 	}
-	src := c.source() + " AS " + base.Ident(SourceAlias)
+	src := c.Source() + " AS " + base.Ident(SourceAlias)
 	recCols := []string{keyList(base.Ident(SourceAlias))}
 	for _, col := range cols {
 		for _, f := range c.Spec.Fields {
@@ -238,21 +239,21 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 		return out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+src+" WHERE "+where+tail+") r")
 	}
 	tgt := func(where, tail string) string {
-		return out("t", "(SELECT * FROM "+c.target()+" AS t WHERE "+where+tail+") t")
+		return out("t", "(SELECT * FROM "+c.Target()+" AS t WHERE "+where+tail+") t")
 	}
 	order := func(alias string) string { return " ORDER BY " + keyList(alias) + " LIMIT " + limit }
 	cs.page = "WITH tgt AS MATERIALIZED (" + tgt(after("t"), order("t")) + "),\n" +
 		"rec AS MATERIALIZED (" + rec(after(base.Ident(SourceAlias)), order(base.Ident(SourceAlias))) + "),\n" +
 		"ks AS (SELECT " + ps + ", k FROM (SELECT " + ps + ", k FROM tgt UNION SELECT " + ps + ", k FROM rec) u ORDER BY " + ps + " LIMIT " + limit + "),\n" +
-		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + itoa(i) + " DESC" }, ", ") +
+		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + model.Itoa(i) + " DESC" }, ", ") +
 		" LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
 		"SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (" + join + ") j WHERE j.k IN (SELECT k FROM ks)) d ON true\n" +
-		"LEFT JOIN ks o ON o.k = d.k ORDER BY " + joinf(n, func(i int) string { return "o.p" + itoa(i) }, ", ")
+		"LEFT JOIN ks o ON o.k = d.k ORDER BY " + joinf(n, func(i int) string { return "o.p" + model.Itoa(i) }, ", ")
 	// The re-check reads its keys ($1 renderings, $2.. their parts).
-	unnest := "unnest(" + joinf(n, func(i int) string { return "$" + itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
-	casts := joinf(n, func(i int) string { return "u.p" + itoa(i) + "::" + c.Key[i].Type }, ", ")
+	unnest := "unnest(" + joinf(n, func(i int) string { return "$" + model.Itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
+	casts := joinf(n, func(i int) string { return "u.p" + model.Itoa(i) + "::" + c.Key[i].Type }, ", ")
 	among := func(alias string) string {
-		return "(" + keyList(alias) + ") IN (SELECT " + casts + " FROM " + unnest + ") AND " + keySQL(alias, c.Key, false) + " = ANY($1::text[])"
+		return "(" + keyList(alias) + ") IN (SELECT " + casts + " FROM " + unnest + ") AND " + model.KeySQL(alias, c.Key, false) + " = ANY($1::text[])"
 	}
 	cs.diff = "WITH tgt AS MATERIALIZED (" + tgt(among("t"), "") + "),\n" +
 		"rec AS MATERIALIZED (" + rec(among(base.Ident(SourceAlias)), "") + ")\n" + join + `

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // TestGoldenSelfCheckSQL pins the self-check's comparison SQL for every
@@ -31,7 +33,7 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 		for _, p := range g.pause {
 			paused[p] = true
 		}
-		cs := cd.c.selfCheckSQL(paused)
+		cs := selfCheckSQL(cd.c, paused)
 		var b strings.Builder
 		for _, s := range []struct{ name, sql string }{{"page", cs.page}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
 			if s.sql != "" {
@@ -44,13 +46,13 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 				return err
 			}
 			// A key valid for every golden key type: each part "1".
-			tk, nullable := cd.c.targetIdentity()
+			tk, nullable := cd.c.TargetIdentity()
 			one := "1"
 			parts := make([]*string, len(tk))
 			for i := range parts {
 				parts[i] = &one
 			}
-			if _, err := scDiff(ctx, tx, cs, []string{encodeKey(parts, nullable)}); err != nil {
+			if _, err := scDiff(ctx, tx, cs, []string{model.EncodeKey(parts, nullable)}); err != nil {
 				return err
 			}
 			_, _, err := e.inFlight(ctx, tx, cd, cs)

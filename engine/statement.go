@@ -141,7 +141,7 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 	// The columns the definition reads, the source key included for a 1-1
 	// target (its rows are keyed by it), as surface §3.2 shows them.
 	cols := map[string]string{}
-	for _, name := range spec.reads() {
+	for _, name := range spec.Reads() {
 		cols[name] = src.types[name]
 	}
 	if !spec.IsAggregate() {

@@ -55,7 +55,7 @@ func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID u
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.check(e.cfg.TargetSchema); err != nil {
+	if err := spec.Check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
 	c := &compiled{Spec: *spec, SourceText: srcText}

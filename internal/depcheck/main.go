@@ -31,6 +31,7 @@ var allowed = map[string][]string{
 	"engine":             {"grammar", "pgerr"},
 	"engine/base":        {"pgerr"},
 	"engine/catalog":     {"engine/base"},
+	"engine/model":       {"engine/base", "pgerr"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},
