@@ -14,6 +14,7 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
@@ -129,7 +130,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if err != nil {
 		return err
 	}
-	c := cd.c
+	c := cd.C
 	if kind == "sweep" {
 		return e.sweepStep(ctx, tx, taskID, cd, lo, stepEnd)
 	}
@@ -181,7 +182,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
 	done := int64(-1)
 	if heap {
-		if done, err = e.heapChunk(ctx, tx, cd, build, cd.heapSQL(where), args); err != nil || done < 0 {
+		if done, err = e.heapChunk(ctx, tx, cd, build, cd.HeapSQL(where), args); err != nil || done < 0 {
 			return err // done < 0: the build was sent back to a locked-path rebuild
 		}
 	} else if fresh {
@@ -190,20 +191,20 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		// mark). Cutting fresh chunks to the step budget cost the 1M-row
 		// 1-1 build ~20 % and a 100,000-group build about twice (B8,
 		// 2026-12-01).
-		if done, err = e.setChunk(ctx, tx, cd, build, execRows(ctx, tx, cd.freshSQL(where, tgtConds), args)); err != nil {
+		if done, err = e.setChunk(ctx, tx, cd, build, execRows(ctx, tx, cd.FreshSQL(where, tgtConds), args)); err != nil {
 			return err
 		}
-	} else if !e.plant.lockedRebuilds && (cd.rebuild.live != "" || cd.rebuildAgg.head != "") {
+	} else if !e.plant.lockedRebuilds && cd.SetRebuild() {
 		// A rebuild's chunk, set-based too: the same lock orders it with
 		// the pages that keep applying meanwhile (see setChunk). Keys the
 		// source lacks are the sweep's.
 		stmt := func() (n int64, err error) {
-			if cd.rebuild.live != "" { // 1-1
-				err = tx.QueryRow(ctx, cd.rebuildSQL(where, tgtConds), args...).Scan(&n)
+			if cd.RowRebuild() { // 1-1
+				err = tx.QueryRow(ctx, cd.RebuildSQL(where, tgtConds), args...).Scan(&n)
 				return n, err
 			}
 			var tids []pgtype.TID
-			if err = tx.QueryRow(ctx, cd.rebuildAggSQL(where), args...).Scan(&n, &tids); err != nil {
+			if err = tx.QueryRow(ctx, cd.RebuildAggSQL(where), args...).Scan(&n, &tids); err != nil {
 				return 0, err
 			}
 			return n, tidyGroups(ctx, tx, cd, tids)
@@ -220,7 +221,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		if c.KeyNullable {
 			until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
 		} else {
-			q += " ORDER BY " + joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+			q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 		}
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
@@ -285,7 +286,7 @@ func (e *Engine) rangeConds(c *compiled, alias string, lo, hi *string, first int
 	}
 	var conds []string
 	var args []any
-	cols := joinf(len(c.Key), func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
+	cols := sqlgen.Joinf(len(c.Key), func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
 	bound := func(k string, op string) {
 		parts, _ := model.DecodeKey(k, len(c.Key), false)
 		var ps []string
@@ -312,7 +313,7 @@ const planStepRows = 100_000
 // maximum (later rows are captured), else next is where the following step
 // goes on. It returns the rows it planned.
 func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh, heap bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
-	c := cd.c
+	c := cd.C
 	size := e.cfg.BuildChunkSize
 	if fresh {
 		size = e.freshChunkRows(c, heap)
@@ -337,8 +338,8 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 			return 0, nil, false, err
 		}
 	}
-	order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
-	orderW := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " DESC" }, ", ")
+	order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+	orderW := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " DESC" }, ", ")
 	from := " FROM " + c.Source() + " AS " + base.Ident(SourceAlias)
 	key := model.KeySQL(base.Ident(SourceAlias), c.Key, false)
 	for step := 0; ; step++ {
@@ -390,7 +391,7 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 // key. Nothing is planned without a histogram, or when its buckets are
 // bigger than a chunk.
 func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, size int) (int64, *string, error) {
-	c := cd.c
+	c := cd.C
 	k := c.Key[0]
 	// Every bound, rendered as a key (a histogram has at most 10,001).
 	var reltuples float64
@@ -441,12 +442,12 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 	}
 	var todo []string
 	for _, c := range cols {
-		if !cd.paused[c] {
+		if !cd.Paused[c] {
 			todo = append(todo, c)
 		}
 	}
-	if q := cd.refreshSQL(todo); q != "" {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.Ledger()+" IN SHARE MODE"); err != nil {
+	if q := cd.RefreshSQL(todo); q != "" {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.C.Ledger()+" IN SHARE MODE"); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
@@ -483,12 +484,12 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 // failed on the data (an expression error, a row edited into the target by
 // hand): the chunk then takes the locked path, which isolates the keys.
 func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, freshBuild int64, stmt func() (int64, error)) (int64, error) {
-	agg := cd.c.Spec.IsAggregate()
+	agg := cd.C.Spec.IsAggregate()
 	mode := "SHARE"
 	if agg {
 		mode = "SHARE ROW EXCLUSIVE"
 	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.Ledger()+" IN "+mode+" MODE"); err != nil {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.C.Ledger()+" IN "+mode+" MODE"); err != nil {
 		return 0, err
 	}
 	if agg && freshBuild != 0 {
@@ -574,7 +575,7 @@ func underSavepoint(ctx context.Context, tx pgx.Tx, stmt func() (int64, error)) 
 // Reconciling touches only groups that differ and leaves paused fields as
 // they are; it also removes group rows edited into the target by hand.
 func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh, heap bool) error {
-	c := cd.c
+	c := cd.C
 	// A heap build's ledger has no writer left but its index task, whose
 	// SHARE lock a read shares: the two run side by side.
 	if !heap {
@@ -595,12 +596,12 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true), set_config('work_mem', '64MB', true)"); err != nil {
 		return err
 	}
-	stmts := []string{"DELETE FROM " + c.Target(), cd.groupsSQL}
+	stmts := []string{"DELETE FROM " + c.Target(), cd.GroupsSQL}
 	if heap {
 		stmts = stmts[1:] // no page wrote the target
 	}
 	if !fresh {
-		stmts = []string{cd.reconcileSQL, cd.pruneSQL}
+		stmts = []string{cd.ReconcileSQL, cd.PruneSQL}
 	}
 	for _, q := range stmts {
 		tag, err := tx.Exec(ctx, q)
@@ -699,7 +700,7 @@ func (e *Engine) taskDone(ctx context.Context, tx pgx.Tx, taskID int64) error {
 // once and sorted after the chunks, beside the groups task (both only
 // read the ledger), before the build goes live and pages come back.
 func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
-	if err := e.ensureLedgerKey(ctx, tx, cd.c); err != nil {
+	if err := e.ensureLedgerKey(ctx, tx, cd.C); err != nil {
 		return err
 	}
 	return e.taskDone(ctx, tx, taskID)

@@ -352,7 +352,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 			}
 			if err := e.applyShare(ctx, tx, d, ks, meta, probe, slices.Contains(truncated, d.table), pageShare{
 				truncated: truncated, tOrigin: tOrigin, tUnknown: tUnknown, tHop: tHop}); err != nil {
-				return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
+				return fmt.Errorf("applying %s: %w", d.cd.C.TargetText, err)
 			}
 		}
 	}

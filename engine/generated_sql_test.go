@@ -135,7 +135,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cd.c
+	c := cd.C
 	var b strings.Builder
 	section := func(name, sql string) {
 		if sql != "" {
@@ -154,32 +154,32 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	for i, s := range e.captureDDL(p) {
 		section(fmt.Sprintf("capture %d", i+1), s)
 	}
-	section("lock insert", cd.lockInsert)
-	section("lock select", cd.lockSelect)
-	section("derive", cd.derive)
-	section("delete empty", cd.deleteEmpty)
-	section("recompute", cd.recompute)
-	section("ledger gc", cd.ledgerGC)
+	section("lock insert", cd.LockInsert)
+	section("lock select", cd.LockSelect)
+	section("derive", cd.Derive)
+	section("delete empty", cd.DeleteEmpty)
+	section("recompute", cd.Recompute)
+	section("ledger gc", cd.LedgerGC)
 	for _, f := range c.Spec.Fields {
-		section("field probe "+f.Name, cd.fieldProbe[f.Name])
+		section("field probe "+f.Name, cd.FieldProbe[f.Name])
 	}
 	where, args := e.rangeWhere(c, goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
 	fmt.Fprintf(&b, "-- %s: range parameters %d\n", target, len(args))
 	tconds, _ := e.rangeConds(c, "t2", goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
-	section("fresh chunk", cd.freshSQL(where, tconds))
+	section("fresh chunk", cd.FreshSQL(where, tconds))
 	if c.Spec.IsAggregate() {
-		section("heap chunk", cd.heapSQL(where))
-		section("rebuild chunk", cd.rebuildAggSQL(where))
-		section("groups", cd.groupsSQL)
-		section("reconcile", cd.reconcileSQL)
-		section("prune", cd.pruneSQL)
+		section("heap chunk", cd.HeapSQL(where))
+		section("rebuild chunk", cd.RebuildAggSQL(where))
+		section("groups", cd.GroupsSQL)
+		section("reconcile", cd.ReconcileSQL)
+		section("prune", cd.PruneSQL)
 		var cols []string
 		for _, f := range c.Spec.Fields {
 			cols = append(cols, f.Name)
 		}
-		section("refresh", cd.refreshSQL(cols))
+		section("refresh", cd.RefreshSQL(cols))
 	} else if !c.KeyNullable {
-		section("rebuild chunk", cd.rebuildSQL(where, tconds))
+		section("rebuild chunk", cd.RebuildSQL(where, tconds))
 	}
 	return b.String()
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
@@ -639,7 +640,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT hi FROM %s WHERE id = $1", e.tbl("_build_tasks")), taskID).Scan(&phase); err != nil {
 		return err
 	}
-	c := cd.c
+	c := cd.C
 	var keys []string
 	var err error
 	if phase == nil {
@@ -667,7 +668,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 		}
 	} else {
 		where, args := e.rangeWhere(c, lo, nil, 2)
-		order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+		order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(SourceAlias)+
 			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)
 		if err != nil {

@@ -103,7 +103,7 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 	// The text may carry row values: it goes to the catalog, shown only to
 	// roles that may read the transform, not to the log.
 	e.log.Warn("a transform's share of a page failed; its keys are held for it alone", "definition", d.cd.id,
-		"target", d.cd.c.TargetText, "sqlstate", base.Code(err), "attempts", attempts)
+		"target", d.cd.C.TargetText, "sqlstate", base.Code(err), "attempts", attempts)
 	poke(e.wakePass)
 	return nil
 }
@@ -113,15 +113,15 @@ func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []
 		// Wait out and hold off build chunks writing this definition, so
 		// the DELETEs below see every committed entry and group (a row a
 		// chunk inserted after the DELETE's snapshot would survive it).
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.Ledger()+", "+d.cd.c.Target()+" IN EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.C.Ledger()+", "+d.cd.C.Target()+" IN EXCLUSIVE MODE"); err != nil {
 			return err
 		}
 		// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
 		// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
-		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.Target()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.C.Target()); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.Ledger()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.C.Ledger()); err != nil {
 			return err
 		}
 	}

@@ -198,12 +198,12 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 // for a key that failed, and names the first that raises (§12.12 "the probe
 // can also evaluate each compiled field alone").
 func (e *Engine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef, f *keyFailure) error {
-	if cd.c.Spec.IsAggregate() || len(cd.fieldProbe) == 0 {
+	if cd.C.Spec.IsAggregate() || len(cd.FieldProbe) == 0 {
 		return nil
 	}
-	args, _, _ := model.KeyArgs([]string{f.key}, cd.c.Key, cd.c.KeyNullable)
-	for _, fl := range cd.c.Spec.Fields {
-		q, ok := cd.fieldProbe[fl.Name]
+	args, _, _ := model.KeyArgs([]string{f.key}, cd.C.Key, cd.C.KeyNullable)
+	for _, fl := range cd.C.Spec.Fields {
+		q, ok := cd.FieldProbe[fl.Name]
 		if !ok {
 			continue
 		}
@@ -264,7 +264,7 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s._pause_cascade($1, $2)`, base.Ident(e.cfg.Schema)), cd.id, col).Scan(&cascaded); err != nil {
 				return err
 			}
-			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.c.TargetText, "column", col,
+			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.C.TargetText, "column", col,
 				"cascaded", cascaded)
 		}
 	}
@@ -318,11 +318,11 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 			return err
 		}
 		if tag.RowsAffected() > 0 {
-			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.c.TargetText, "table", f.table)
+			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.C.TargetText, "table", f.table)
 			continue
 		}
 		if deaths < deathsToPoison {
-			e.log.Info("key failed; retried in a later batch", append([]any{"definition", f.def, "target", cd.c.TargetText,
+			e.log.Info("key failed; retried in a later batch", append([]any{"definition", f.def, "target", cd.C.TargetText,
 				"table", f.table, "deaths", deaths}, base.ErrAttrs(f.err)...)...)
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop)
 				VALUES ($1, $2, 'rederive', $3, $4::text::pg_lsn, $5)`, e.tbl("_change_log")), f.table, f.key, f.def, m.origin, m.hop); err != nil {
@@ -332,7 +332,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		}
 		// The key and the error text are row data: trellis.quarantined shows
 		// them to those who may see the transform; the log does not.
-		e.logFailure("key held (poisoned) for one transform", f.err, "definition", f.def, "target", cd.c.TargetText,
+		e.logFailure("key held (poisoned) for one transform", f.err, "definition", f.def, "target", cd.C.TargetText,
 			"table", f.table, "deaths", deaths)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (definition_id, src_table, key, error, sqlstate, origin_lsn)
 			VALUES ($1, $2, $3, $4, $5, $6::text::pg_lsn)
@@ -367,7 +367,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		return err
 	}
 	if tag.RowsAffected() > 0 {
-		e.log.Warn("transform quarantined: too many held keys", "definition", cd.id, "target", cd.c.TargetText, "held_keys", held)
+		e.log.Warn("transform quarantined: too many held keys", "definition", cd.id, "target", cd.C.TargetText, "held_keys", held)
 	}
 	return nil
 }
@@ -438,10 +438,10 @@ func (e *Engine) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, key
 		meta := map[pageKey]keyMeta{}
 		pks := make([]pageKey, len(slice))
 		for i, k := range slice {
-			pks[i] = pageKey{table: cd.c.SourceText, key: k}
+			pks[i] = pageKey{table: cd.C.SourceText, key: k}
 			meta[pks[i]] = keyMeta{hop: 1}
 		}
-		if err := e.probeApply(ctx, tx, readerDef{table: cd.c.SourceText, cd: cd}, pks, meta); err != nil {
+		if err := e.probeApply(ctx, tx, readerDef{table: cd.C.SourceText, cd: cd}, pks, meta); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_chunk")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -370,7 +372,7 @@ func TestQuarantineChargeAfterHoldIsDropped(t *testing.T) {
 	exec(t, pool, `DELETE FROM trellis._change_log`)
 	exec(t, pool, `INSERT INTO trellis._key_deaths (definition_id, src_table, key, deaths) VALUES ($1, 'public.orders', '7', 4)`, unit.ID)
 
-	cd := &compiledDef{id: unit.ID, c: &compiled{TargetText: "public.unit", SourceText: "public.orders"}}
+	cd := &compiledDef{id: unit.ID, Def: &sqlgen.Def{C: &compiled{TargetText: "public.unit", SourceText: "public.orders"}}}
 	failed := []keyFailure{{def: unit.ID, table: "public.orders", key: "7", err: errors.New("division by zero")}}
 	origin := "0/1"
 	meta := map[pageKey]keyMeta{{"public.orders", "7"}: {origin: &origin, hop: 1}}

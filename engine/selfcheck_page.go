@@ -49,7 +49,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs := selfCheckSQL(cd.c, paused)
+	cs := selfCheckSQL(cd.C, paused)
 	token, caught, err := e.scWait(ctx, j)
 	if err != nil || !caught {
 		return &scPage{done: true, outcome: "not_caught_up", token: token}, err
@@ -317,7 +317,7 @@ UNION SELECT key FROM %[4]s WHERE definition_id = $2`,
 // inFlight returns the target keys whose rows may not reflect the source
 // yet in tx's snapshot; all=true when that is every key.
 func (e *Engine) inFlight(ctx context.Context, tx pgx.Tx, cd *compiledDef, cs *checkSQL) (keys map[string]bool, all bool, err error) {
-	rows, err := tx.Query(ctx, e.pendingSQL(), cd.c.SourceText, cd.id)
+	rows, err := tx.Query(ctx, e.pendingSQL(), cd.C.SourceText, cd.id)
 	if err != nil {
 		return nil, false, err
 	}

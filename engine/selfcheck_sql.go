@@ -5,6 +5,7 @@ import (
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // checkSQL is a self-check's comparison for one definition (D18 self-check):
@@ -101,7 +102,7 @@ func selfCheckSQL(c *compiled, paused map[string]bool) *checkSQL {
 			call := aggCall(f)
 			if f.Agg == AggJSONBAgg {
 				// The write path orders a jsonb_agg by the source key.
-				order := joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+				order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 				call = "jsonb_agg((" + f.Expr + ") ORDER BY " + order + ")"
 				if f.Cast != "" {
 					call = "(" + call + ")::" + f.Cast
@@ -211,15 +212,15 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 	cs.typed, cs.key = true, c.Key
 	n := len(c.Key)
 	keyList := func(alias string) string {
-		return joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
+		return sqlgen.Joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
 	}
-	params := joinf(n, func(i int) string { return "$" + model.Itoa(i+2) + "::" + c.Key[i].Type }, ", ")
+	params := sqlgen.Joinf(n, func(i int) string { return "$" + model.Itoa(i+2) + "::" + c.Key[i].Type }, ", ")
 	limit := "$" + model.Itoa(n+2)
 	after := func(alias string) string { return "($1::boolean OR (" + keyList(alias) + ") > (" + params + "))" }
-	ps := joinf(n, func(i int) string { return "p" + model.Itoa(i) }, ", ")
+	ps := sqlgen.Joinf(n, func(i int) string { return "p" + model.Itoa(i) }, ", ")
 	// out projects a side's rows: typed key parts, rendering, column texts.
 	out := func(alias, from string) string {
-		q := "SELECT " + joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) + " AS p" + model.Itoa(i) }, ", ") +
+		q := "SELECT " + sqlgen.Joinf(n, func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) + " AS p" + model.Itoa(i) }, ", ") +
 			", " + model.KeySQL(alias, c.Key, false) + " AS k"
 		for i, col := range cols {
 			q += ", " + alias + "." + base.Ident(col) + "::text AS c" + model.Itoa(i)
@@ -245,13 +246,13 @@ func (cs *checkSQL) typedPages(c *compiled, cols []string, join string) {
 	cs.page = "WITH tgt AS MATERIALIZED (" + tgt(after("t"), order("t")) + "),\n" +
 		"rec AS MATERIALIZED (" + rec(after(base.Ident(SourceAlias)), order(base.Ident(SourceAlias))) + "),\n" +
 		"ks AS (SELECT " + ps + ", k FROM (SELECT " + ps + ", k FROM tgt UNION SELECT " + ps + ", k FROM rec) u ORDER BY " + ps + " LIMIT " + limit + "),\n" +
-		"b AS (SELECT (SELECT k FROM ks ORDER BY " + joinf(n, func(i int) string { return "p" + model.Itoa(i) + " DESC" }, ", ") +
+		"b AS (SELECT (SELECT k FROM ks ORDER BY " + sqlgen.Joinf(n, func(i int) string { return "p" + model.Itoa(i) + " DESC" }, ", ") +
 		" LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
 		"SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (" + join + ") j WHERE j.k IN (SELECT k FROM ks)) d ON true\n" +
-		"LEFT JOIN ks o ON o.k = d.k ORDER BY " + joinf(n, func(i int) string { return "o.p" + model.Itoa(i) }, ", ")
+		"LEFT JOIN ks o ON o.k = d.k ORDER BY " + sqlgen.Joinf(n, func(i int) string { return "o.p" + model.Itoa(i) }, ", ")
 	// The re-check reads its keys ($1 renderings, $2.. their parts).
-	unnest := "unnest(" + joinf(n, func(i int) string { return "$" + model.Itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
-	casts := joinf(n, func(i int) string { return "u.p" + model.Itoa(i) + "::" + c.Key[i].Type }, ", ")
+	unnest := "unnest(" + sqlgen.Joinf(n, func(i int) string { return "$" + model.Itoa(i+2) + "::text[]" }, ", ") + ") AS u(" + ps + ")"
+	casts := sqlgen.Joinf(n, func(i int) string { return "u.p" + model.Itoa(i) + "::" + c.Key[i].Type }, ", ")
 	among := func(alias string) string {
 		return "(" + keyList(alias) + ") IN (SELECT " + casts + " FROM " + unnest + ") AND " + model.KeySQL(alias, c.Key, false) + " = ANY($1::text[])"
 	}

@@ -33,7 +33,7 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 		for _, p := range g.pause {
 			paused[p] = true
 		}
-		cs := selfCheckSQL(cd.c, paused)
+		cs := selfCheckSQL(cd.C, paused)
 		var b strings.Builder
 		for _, s := range []struct{ name, sql string }{{"page", cs.page}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
 			if s.sql != "" {
@@ -46,7 +46,7 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 				return err
 			}
 			// A key valid for every golden key type: each part "1".
-			tk, nullable := cd.c.TargetIdentity()
+			tk, nullable := cd.C.TargetIdentity()
 			one := "1"
 			parts := make([]*string, len(tk))
 			for i := range parts {

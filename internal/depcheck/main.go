@@ -32,6 +32,7 @@ var allowed = map[string][]string{
 	"engine/base":        {"pgerr"},
 	"engine/catalog":     {"engine/base"},
 	"engine/model":       {"engine/base", "pgerr"},
+	"engine/sqlgen":      {"engine/base", "engine/model"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},
