@@ -128,7 +128,6 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if err != nil {
 		return err
 	}
-	c := cd.C
 	if kind == "sweep" {
 		return e.sweepStep(ctx, tx, taskID, cd, lo, stepEnd)
 	}
@@ -142,37 +141,50 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return e.indexStep(ctx, tx, taskID, cd)
 	}
 	if kind == "plan" {
-		// One step of the walk per transaction; the task keeps its cursor
-		// (lo) and the rows counted so far (rows_done, while open), so a
-		// lifecycle statement waits for one step, never a whole-table walk,
-		// and a killed worker's successor goes on from the last commit.
-		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, heap, lo, stepEnd)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			// Chunks to run: an idle worker starts on them while this one
-			// plans on (the sealed channel wakes drain workers only).
-			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("sealed")); err != nil {
-				return err
-			}
-		}
-		if !finished {
-			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
-				e.tbl("_build_tasks")), taskID, next, n)
-			return err
-		}
-		var total int64
-		if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %[1]s t SET state = 'done', rows_done = 0
-			FROM (SELECT coalesce(rows_done, 0) AS before FROM %[1]s WHERE id = $1) o
-			WHERE t.id = $1 RETURNING o.before + $2::bigint`, e.tbl("_build_tasks")), taskID, n).Scan(&total); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET build_rows_estimated = $2 WHERE id = $1 AND build_id = $3",
-			e.tbl("_definitions")), defID, total, build)
+		return e.planStep(ctx, tx, taskID, defID, build, cd, fresh, heap, lo, stepEnd)
+	}
+	return e.chunkStep(ctx, tx, taskID, defID, build, cd, fresh, heap, lo, hi, stepEnd)
+}
+
+// planStep is one step of a build's plan task: one step of the walk per
+// transaction; the task keeps its cursor (lo) and the rows counted so far
+// (rows_done, while open), so a lifecycle statement waits for one step,
+// never a whole-table walk, and a killed worker's successor goes on from
+// the last commit.
+func (e *Engine) planStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo *string, stepEnd time.Time) error {
+	n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, heap, lo, stepEnd)
+	if err != nil {
 		return err
 	}
-	// A chunk: read the range's keys, then lock and re-derive them like a page.
+	if n > 0 {
+		// Chunks to run: an idle worker starts on them while this one
+		// plans on (the sealed channel wakes drain workers only).
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("sealed")); err != nil {
+			return err
+		}
+	}
+	if !finished {
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+			e.tbl("_build_tasks")), taskID, next, n)
+		return err
+	}
+	var total int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %[1]s t SET state = 'done', rows_done = 0
+		FROM (SELECT coalesce(rows_done, 0) AS before FROM %[1]s WHERE id = $1) o
+		WHERE t.id = $1 RETURNING o.before + $2::bigint`, e.tbl("_build_tasks")), taskID, n).Scan(&total); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET build_rows_estimated = $2 WHERE id = $1 AND build_id = $3",
+		e.tbl("_definitions")), defID, total, build)
+	return err
+}
+
+// chunkStep runs one build chunk over the key range (lo, hi]: read the
+// range's keys, then lock and re-derive them like a page, or (fresh, heap
+// and set-based rebuilds) one statement over the range.
+func (e *Engine) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo, hi *string, stepEnd time.Time) error {
+	c := cd.C
+	var err error
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true)"); err != nil {
 		return err
 	}
@@ -212,33 +224,10 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		}
 	}
 	if done < 0 {
-		// In key order, so that a step stopped by its budget leaves the
-		// rest of the range, (last applied key, hi], to the next step.
-		q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
-		until := stepEnd
-		if c.KeyNullable {
-			until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
-		} else {
-			q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
-		}
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
+		var more bool
+		if done, more, err = e.lockedChunk(ctx, tx, taskID, cd, where, args, stepEnd); err != nil || more {
 			return err
 		}
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		n, err := e.applyChunk(ctx, tx, cd, keys, until)
-		if err != nil {
-			return err
-		}
-		if n < len(keys) {
-			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
-				e.tbl("_build_tasks")), taskID, keys[n-1], n)
-			return err
-		}
-		done = int64(n)
 	}
 	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = coalesce(rows_done, 0) + $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, done)
 	if err != nil {
@@ -254,6 +243,39 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = nullif(status_detail - 'backfill_failure', '{}'::jsonb)
 		WHERE id = $1 AND status_detail ? 'backfill_failure'`, e.tbl("_definitions")), defID)
 	return err
+}
+
+// lockedChunk is a chunk's locked path: the range's keys in key order,
+// re-derived slice by slice until the step's budget (until) is spent. more
+// says the step stopped early and recorded its cursor, so that the next
+// step goes on with (last applied key, hi].
+func (e *Engine) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, where string, args []any, stepEnd time.Time) (done int64, more bool, err error) {
+	c := cd.C
+	q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
+	until := stepEnd
+	if c.KeyNullable {
+		until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
+	} else {
+		q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+	}
+	rows, err := tx.Query(ctx, q, args...)
+	if err != nil {
+		return 0, false, err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := e.applyChunk(ctx, tx, cd, keys, until)
+	if err != nil {
+		return 0, false, err
+	}
+	if n < len(keys) {
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+			e.tbl("_build_tasks")), taskID, keys[n-1], n)
+		return 0, true, err
+	}
+	return int64(n), false, nil
 }
 
 // refreshStep rewrites the aggregate fields a field resume released

@@ -323,10 +323,9 @@ func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *re
 	return src, nil
 }
 
-// buildSpec turns a resolved statement into the engine's compiled form,
-// inlining field-to-field references and rendering every formula from its
-// syntax tree (never from the user's text).
-func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
+// specHeader is a spec's tables and canonical statement text, with the
+// source and target schemas filled in.
+func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema string) *Spec {
 	spec := &Spec{
 		Target: TableName{Schema: st.Target.Schema, Name: st.Target.Name},
 		Source: TableName{Schema: src.Schema, Name: src.Table},
@@ -338,7 +337,14 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 	canon.Source.Schema, canon.Source.Name = src.Schema, src.Table
 	canon.Target.Schema = spec.Target.Schema
 	spec.Statement = grammar.Canonical(&canon)
+	return spec
+}
 
+// buildSpec turns a resolved statement into the engine's compiled form,
+// inlining field-to-field references and rendering every formula from its
+// syntax tree (never from the user's text).
+func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
+	spec := specHeader(st, src, targetSchema)
 	keyExpr := map[string]string{}
 	for _, k := range res.Keys {
 		if k.Rel != "" {

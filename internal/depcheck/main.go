@@ -1,6 +1,7 @@
 // Command depcheck enforces the package rule of the architecture: which
-// packages of this module may import which, and that cgo (pg_query) stays in
-// grammar and router. `make deps` runs it; a forbidden edge exits 1.
+// packages of this module may import which, that cgo (pg_query) stays in
+// grammar and router, and the engine's size limits (size.go). `make deps`
+// runs it from the module root; a violation exits 1.
 package main
 
 import (
@@ -85,6 +86,12 @@ func main() {
 			}
 		}
 	}
+	sizes, err := checkSizes("engine")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "depcheck: sizes:", err)
+		os.Exit(2)
+	}
+	violations = append(violations, sizes...)
 	if len(violations) > 0 {
 		for _, v := range violations {
 			fmt.Fprintln(os.Stderr, "depcheck:", v)
