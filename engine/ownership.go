@@ -3,7 +3,7 @@ package engine
 // D20: a transform's target and ledger are owned by the workers' role, so
 // no tenant can attach a trigger, rule, default, check, generated column or
 // expression index that would run as the workers when they write. The
-// tables are made by the SECURITY DEFINER _define (privileges.go) from
+// tables are made by the SECURITY DEFINER _define (catalog/functions/1_privileged.sql) from
 // structured data (names, type oids, typmods, collation names), never SQL
 // text; the defining role is the transform's owner in the catalog and is
 // granted SELECT WITH GRANT OPTION. tamperSQL is the second wall: a table

@@ -13,7 +13,7 @@ import (
 // when the dropping transaction commits, so a DROP TABLE of a large target
 // makes the client's COMMIT wait for its size. DROP TRANSFORM instead moves
 // the target and ledger into a schema of their own, owned by the workers'
-// role (privileges.go _drop_transform, _trash_tables), and the staging
+// role (catalog/functions/1_privileged.sql: _drop_transform, _trash_tables), and the staging
 // worker drops that schema here, in its own transactions, shortly after the
 // COMMIT: the space is freed then. A schema's owner may drop the tables in
 // it whoever owns them, so no privilege on the target is needed.

@@ -1,4 +1,4 @@
--- 9: the trash of DROP TRANSFORM (privileges.go _drop_transform): a
+-- 9: the trash of DROP TRANSFORM (functions/1_privileged.sql _drop_transform): a
 -- dropped transform's target and ledger are moved into a schema of
 -- their own, owned by the workers' role, which the staging worker
 -- drops after the statement's COMMIT (trash.go).
