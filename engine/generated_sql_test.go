@@ -145,13 +145,13 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	tgt, led := shapesOf(c)
 	section("target shape", goldenShape(tgt))
 	section("ledger shape", goldenShape(led))
-	p := e.newCapturePlan(c.SourceText, c.Key, c.KeyNullable)
+	p := e.inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
 	// As installCapture resolves them.
 	if err := e.pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
-		p.keyTypeNames()).Scan(&p.keyTypes); err != nil {
+		p.KeyTypeNames()).Scan(&p.KeyTypes); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range e.captureDDL(p) {
+	for i, s := range e.inst().CaptureDDL(p) {
 		section(fmt.Sprintf("capture %d", i+1), s)
 	}
 	section("lock insert", cd.LockInsert)

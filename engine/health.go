@@ -13,83 +13,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellis-proxy/trellis-proxy/engine/base"
-	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
-
-// captureGuard is the head of a capture function: a key column that is
-// missing or has another type than the one the function was generated for
-// makes the statement log one 'schema' marker row instead of running the
-// keyed INSERT (which would fail the writer's statement, or log keys in
-// another rendering). The staging worker then pauses the readers.
-//
-// The fast probe reads pg_attribute, and so sees the catalog as of the
-// writer's snapshot: in REPEATABLE READ or SERIALIZABLE a snapshot older
-// than a committed rename, drop or re-type still shows the old column,
-// while the keyed INSERT is planned against the current catalog. So the
-// probe trusts only row versions nothing has updated or deleted (xmax = 0):
-// a unique (attrelid, attname) row never touched since it was written is
-// the current one whatever the snapshot's age. Anything else (a change, or
-// a row version the snapshot may hold stale) takes the slow path, which
-// asks the planner: pg_typeof of each key column of the transition table,
-// resolved against the current catalog, with 42703 (undefined column)
-// caught. Its subtransaction writes nothing, so it takes no XID. Nothing
-// here depends on the isolation level.
-//
-// The probe is a PERFORM counted by FOUND or ROW_COUNT: the same rows as a
-// count(*) subquery compared in an IF, without its aggregate and subplan
-// (measured: 35 k instructions per statement instead of 63 k, against
-// 75 k for a whole single-row INSERT).
-func (e *Engine) captureGuard(p *capturePlan, event string) string {
-	var rel string
-	switch event {
-	case "insert", "update":
-		rel = "trellis_new"
-	case "delete":
-		rel = "trellis_old"
-	default:
-		return ""
-	}
-	names := make([]string, len(p.key))
-	pairs := make([]string, len(p.key))
-	now := make([]string, len(p.key))
-	want := make([]string, len(p.key))
-	for i, k := range p.key {
-		names[i] = base.Lit(k.Name)
-		oid := model.Itoa(int(p.keyTypes[i]))
-		pairs[i] = "(" + base.Lit(k.Name) + "::name, " + oid + "::oid)"
-		now[i] = "pg_typeof((SELECT x." + base.Ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
-		want[i] = oid + "::oid"
-	}
-	// One unique-index probe per key column on pg_attribute (attrelid,
-	// attname) in one SPI statement.
-	probe := `  -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
-  PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN (` + strings.Join(names, ", ") + `)
-    AND NOT attisdropped AND (attname, atttypid) IN (` + strings.Join(pairs, ", ") + `) AND xmax = 0;
-`
-	miss := "NOT FOUND"
-	if len(p.key) > 1 {
-		probe += "  GET DIAGNOSTICS v_n = ROW_COUNT;\n"
-		miss = "v_n <> " + model.Itoa(len(p.key))
-	}
-	return probe + `  IF ` + miss + ` THEN
-    -- Changed, or seen through a snapshot that may be stale: ask the current catalog.
-    BEGIN
-      v_ok := ARRAY[` + strings.Join(now, ", ") + `] = ARRAY[` + strings.Join(want, ", ") + `];
-    EXCEPTION WHEN undefined_column THEN v_ok := false;
-    END;
-    IF NOT v_ok THEN
-      INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
-      VALUES (` + base.Lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
-      RETURN NULL;
-    END IF;
-  END IF;`
-}
 
 // captureFailure is what an automatic pause records in
 // _definitions.status_detail under "capture_failure" (surface §5.1).
@@ -232,9 +161,9 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 	if e.cfg.TestingTargetTriggers {
 		return false, nil
 	}
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	rows, err := conn.Query(ctx, fmt.Sprintf(tamperSQL, e.tbl("_definitions"), applyingStatuses, e.tbl("_instance")), names)
 	if err != nil {
@@ -267,26 +196,6 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 		e.log.Warn("transform paused: foreign code on its tables", "definition", h.id, "table", h.table)
 	}
 	return len(hits) > 0, nil
-}
-
-// truncateRecord keeps the new relfilenode a TRUNCATE gave the table, in the
-// truncating transaction, so the rewrite check below does not take a
-// captured truncate for a rewrite behind capture's back.
-//
-// pg_relation_filenode reads the relation cache, never pg_class under the
-// writer's snapshot: in REPEATABLE READ or SERIALIZABLE, a snapshot older
-// than another committed change of the table's pg_class row (a concurrent
-// TRUNCATE) sees that row's old version as well as this truncate's new one,
-// and a scalar subquery over pg_class failed the application's TRUNCATE
-// with 21000. The bookkeeping UPDATE itself can meet a concurrent
-// truncate's in those isolation levels (40001); the application's TRUNCATE
-// must not fail for it, so that failure is swallowed: the stored relfilenode
-// then stays stale and the rewrite check rebuilds the readers, a false
-// positive that costs a rebuild, never correctness.
-func (e *Engine) truncateRecord(p *capturePlan) string {
-	return "  BEGIN\n    UPDATE " + e.tbl("_captured_tables") + " SET relfilenode = pg_relation_filenode(TG_RELID)\n" +
-		"    WHERE table_name = " + base.Lit(p.table) + " AND relfilenode IS NOT NULL;\n" +
-		"  EXCEPTION WHEN serialization_failure THEN NULL;\n  END;\n"
 }
 
 // checkRewrites (§12.9 "Rewrites"): a captured table whose relfilenode
@@ -482,9 +391,9 @@ func (e *Engine) readProblems(ctx context.Context, q Querier, filter string, arg
 
 // triggerXmins reads the xmin of each capture trigger of table.
 func (e *Engine) triggerXmins(ctx context.Context, q Querier, table string) (map[string]string, error) {
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	var raw []byte
 	err := q.QueryRow(ctx, `SELECT coalesce(jsonb_object_agg(tgname, xmin::text), '{}') FROM pg_trigger
@@ -548,7 +457,7 @@ func (e *Engine) recordInstall(ctx context.Context, tx pgx.Tx, table string) err
 // A tampered one (disabled, dropped, replaced or re-enabled since our
 // install) is not current; its reinstall rebuilds the readers.
 func (e *Engine) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
-	tampered, err := e.captureTampered(ctx, conn, p.table)
+	tampered, err := e.captureTampered(ctx, conn, p.Table)
 	if err != nil || tampered {
 		return false, err
 	}

@@ -87,7 +87,7 @@ func (e *Engine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, 
 	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH u AS (SELECT * FROM unnest($1::text[], $2::text[]) AS u(t, k)),
 		cleared AS (DELETE FROM %[1]s kd USING u WHERE NOT $4 AND kd.src_table = u.t AND kd.key = u.k RETURNING 1)
-		SELECT p.definition_id, p.src_table, p.key FROM %[2]s p JOIN u ON p.src_table = u.t AND p.key = u.k
+		SELECT p.definition_id, p.src_table, p.Key FROM %[2]s p JOIN u ON p.src_table = u.t AND p.Key = u.k
 		WHERE p.definition_id = ANY($3::int8[])`, e.tbl("_key_deaths"), e.tbl("_poison")), ts, ks, ids, probe)
 	if err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func (e *Engine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, 
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s p SET origin_lsn =
 			CASE WHEN p.origin_lsn IS NULL OR s.o IS NULL THEN NULL ELSE least(p.origin_lsn, s.o::pg_lsn) END
 			FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS s(d, t, k, o)
-			WHERE p.definition_id = s.d AND p.src_table = s.t AND p.key = s.k
+			WHERE p.definition_id = s.d AND p.src_table = s.t AND p.Key = s.k
 			  AND p.origin_lsn IS NOT NULL AND (s.o IS NULL OR s.o::pg_lsn < p.origin_lsn)`, e.tbl("_poison")), ud, ut, uk, uo); err != nil {
 			return nil, err
 		}
@@ -311,7 +311,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		// change lowers the hold's origin, as poisonedKeys does.
 		tag, err := tx.Exec(ctx, fmt.Sprintf(`WITH held AS (UPDATE %[1]s p SET origin_lsn =
 			  CASE WHEN p.origin_lsn IS NULL OR $4::text IS NULL THEN NULL ELSE least(p.origin_lsn, $4::text::pg_lsn) END
-			  WHERE p.definition_id = $1 AND p.src_table = $2 AND p.key = $3 RETURNING 1)
+			  WHERE p.definition_id = $1 AND p.src_table = $2 AND p.Key = $3 RETURNING 1)
 			DELETE FROM %[2]s kd WHERE kd.definition_id = $1 AND kd.src_table = $2 AND kd.key = $3 AND EXISTS (SELECT 1 FROM held)`,
 			e.tbl("_poison"), e.tbl("_key_deaths")), f.def, f.table, f.key, m.origin)
 		if err != nil {

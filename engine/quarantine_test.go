@@ -39,7 +39,7 @@ func releaseKey(t *testing.T, q Querier, def int64, table, key string) {
 	exec(t, q, `WITH p AS (DELETE FROM trellis._poison WHERE definition_id = $1 AND src_table = $2 AND key = $3 RETURNING *),
 		d AS (DELETE FROM trellis._key_deaths WHERE definition_id = $1 AND src_table = $2 AND key = $3)
 		INSERT INTO trellis._change_log (src_table, key, op, definition_id, origin_lsn)
-		SELECT p.src_table, p.key, 'rederive', p.definition_id, p.origin_lsn FROM p`, def, table, key)
+		SELECT p.src_table, p.Key, 'rederive', p.definition_id, p.origin_lsn FROM p`, def, table, key)
 }
 
 func TestQuarantineHoldsOneKeyForOneTransform(t *testing.T) {

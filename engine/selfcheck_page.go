@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -149,11 +150,7 @@ func (e *Engine) scSnapshot(ctx context.Context, f func(pgx.Tx) error) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	var sets []string
-	for _, o := range outputPins {
-		sets = append(sets, "SET LOCAL "+o.name+" = "+o.value)
-	}
-	if _, err := tx.Exec(ctx, strings.Join(sets, "; ")); err != nil {
+	if _, err := tx.Exec(ctx, sqlgen.PinOutputs()); err != nil {
 		return err
 	}
 	if err := f(tx); err != nil {
@@ -258,9 +255,9 @@ func (e *Engine) pausedColumns(ctx context.Context, def int64) (map[string]bool,
 // instance's capture: registered, and its four triggers present and
 // ENABLE ALWAYS. Each fault is one capture divergence.
 func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, error) {
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	rows, err := e.workers.Query(ctx, fmt.Sprintf(`
 		SELECT r.table_name,

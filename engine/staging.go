@@ -386,7 +386,7 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 	for _, d := range defs {
 		for _, r := range d.reads {
 			if _, ok := plans[r.table]; !ok {
-				plans[r.table] = e.newCapturePlan(r.table, d.c.Key, d.c.KeyNullable)
+				plans[r.table] = e.inst().NewCapturePlan(r.table, d.c.Key, d.c.KeyNullable)
 			}
 		}
 	}
