@@ -188,8 +188,8 @@ func (e *Engine) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build 
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true)"); err != nil {
 		return err
 	}
-	where, args := e.rangeWhere(c, lo, hi, 1)
-	tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
+	where, args := sqlgen.RangeWhere(c, lo, hi, 1)
+	tgtConds, _ := sqlgen.RangeConds(c, "t2", lo, hi, 1)
 	done := int64(-1)
 	if heap {
 		if done, err = e.heapChunk(ctx, tx, cd, build, cd.HeapSQL(where), args); err != nil || done < 0 {
@@ -254,7 +254,7 @@ func (e *Engine) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 	q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
 	until := stepEnd
 	if c.KeyNullable {
-		until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
+		until = time.Time{} // no typed cursor: the range is one step (sqlgen.RangeWhere)
 	} else {
 		q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 	}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,42 +25,6 @@ func (e *Engine) freshChunkRows(c *compiled, heap bool) int {
 		return 4 * e.cfg.FreshChunkSize
 	}
 	return e.cfg.FreshChunkSize
-}
-
-// rangeWhere renders " WHERE key > lo AND key <= hi" over the source alias,
-// comparing typed key columns as a row; parameters start at $first.
-func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []any) {
-	conds, args := e.rangeConds(c, base.Ident(SourceAlias), lo, hi, first)
-	if len(conds) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
-}
-
-// rangeConds are rangeWhere's conditions over the key columns of alias.
-func (e *Engine) rangeConds(c *compiled, alias string, lo, hi *string, first int) ([]string, []any) {
-	if c.KeyNullable {
-		return nil, nil // nullable identities (aggregate targets) build in one chunk
-	}
-	var conds []string
-	var args []any
-	cols := sqlgen.Joinf(len(c.Key), func(i int) string { return alias + "." + base.Ident(c.Key[i].Name) }, ", ")
-	bound := func(k string, op string) {
-		parts, _ := model.DecodeKey(k, len(c.Key), false)
-		var ps []string
-		for i, p := range parts {
-			args = append(args, *p)
-			ps = append(ps, "$"+model.Itoa(first+len(args)-1)+"::text::"+c.Key[i].Type)
-		}
-		conds = append(conds, "ROW("+cols+") "+op+" ROW("+strings.Join(ps, ", ")+")")
-	}
-	if lo != nil {
-		bound(*lo, ">")
-	}
-	if hi != nil {
-		bound(*hi, "<=")
-	}
-	return conds, args
 }
 
 // planStepRows bounds the source keys one plan step walks.
@@ -108,7 +71,7 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 			return total, lo, false, nil
 		}
 		// The key size rows on: one walk of the key's index, nothing kept.
-		where, args := e.rangeWhere(c, lo, nil, 2)
+		where, args := sqlgen.RangeWhere(c, lo, nil, 2)
 		var hi *string
 		err := tx.QueryRow(ctx, "SELECT "+key+from+where+" ORDER BY "+order+" OFFSET $1 LIMIT 1",
 			append([]any{size - 1}, args...)...).Scan(&hi)
@@ -125,7 +88,7 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 		}
 		// Fewer than size rows left: the last chunk ends at the current
 		// maximum (rows inserted later are captured).
-		where, args = e.rangeWhere(c, lo, nil, 1)
+		where, args = sqlgen.RangeWhere(c, lo, nil, 1)
 		var n int64
 		err = tx.QueryRow(ctx, "SELECT (SELECT "+key+from+where+" ORDER BY "+orderW+" LIMIT 1), (SELECT count(*)"+from+where+")", args...).Scan(&hi, &n)
 		if err != nil {

@@ -137,7 +137,7 @@ func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 			return err
 		}
 	} else {
-		where, args := e.rangeWhere(c, lo, nil, 2)
+		where, args := sqlgen.RangeWhere(c, lo, nil, 2)
 		order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(SourceAlias)+
 			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)

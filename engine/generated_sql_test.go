@@ -12,6 +12,7 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // Golden files of the SQL the engine generates, so a change to a generator
@@ -163,9 +164,9 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	for _, f := range c.Spec.Fields {
 		section("field probe "+f.Name, cd.FieldProbe[f.Name])
 	}
-	where, args := e.rangeWhere(c, goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
+	where, args := sqlgen.RangeWhere(c, goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
 	fmt.Fprintf(&b, "-- %s: range parameters %d\n", target, len(args))
-	tconds, _ := e.rangeConds(c, "t2", goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
+	tconds, _ := sqlgen.RangeConds(c, "t2", goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
 	section("fresh chunk", cd.FreshSQL(where, tconds))
 	if c.Spec.IsAggregate() {
 		section("heap chunk", cd.HeapSQL(where))
