@@ -12,6 +12,7 @@ import (
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -277,20 +278,6 @@ func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail strin
 	return full, baseTypes, nil
 }
 
-func aggCall(f Field) string {
-	name := model.AggSQLName(f.Agg)
-	var call string
-	if f.Agg == AggCountStar {
-		call = "count(*)"
-	} else {
-		call = name + "((" + f.Expr + "))"
-	}
-	if f.Cast != "" {
-		call = "(" + call + ")::" + f.Cast
-	}
-	return call
-}
-
 var exactSum = map[string]bool{"smallint": true, "integer": true, "bigint": true, "numeric": true, "interval": true}
 var intType = map[string]bool{"smallint": true, "integer": true, "bigint": true}
 
@@ -358,7 +345,7 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 	// Field result types and the sums' types, as Postgres infers them.
 	var aggs []string
 	for _, f := range spec.Fields {
-		aggs = append(aggs, aggCall(f))
+		aggs = append(aggs, sqlgen.AggCall(f))
 	}
 	var sumIdx []int
 	for i, a := range c.Args {

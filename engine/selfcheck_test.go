@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // TestGoldenSelfCheckSQL pins the self-check's comparison SQL for every
@@ -33,9 +34,9 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 		for _, p := range g.pause {
 			paused[p] = true
 		}
-		cs := selfCheckSQL(cd.C, paused)
+		cs := sqlgen.SelfCheck(cd.C, paused)
 		var b strings.Builder
-		for _, s := range []struct{ name, sql string }{{"page", cs.page}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
+		for _, s := range []struct{ name, sql string }{{"page", cs.Page}, {"diff", cs.Diff}, {"groups of", cs.GroupsOf}} {
 			if s.sql != "" {
 				b.WriteString("-- " + target + ": self-check " + s.name + "\n" + strings.TrimSpace(s.sql) + ";\n\n")
 			}
