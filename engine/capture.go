@@ -181,3 +181,72 @@ func isLockTimeout(err error) bool {
 }
 
 var _ = time.Second
+
+// ensureCapture makes every table defs read carry current capture,
+// installing (or repairing) it for about a second per pass; captured says
+// which tables do. steady is false when any did not.
+func (e *Engine) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defRow) (captured map[string]bool, steady bool, err error) {
+	steady = true
+	captured = map[string]bool{}
+	plans := map[string]*capturePlan{}
+	for _, d := range defs {
+		for _, r := range d.reads {
+			if _, ok := plans[r.table]; !ok {
+				plans[r.table] = e.inst().NewCapturePlan(r.table, d.c.Key, d.c.KeyNullable)
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for t, p := range plans {
+		ok, err := e.captureCurrent(ctx, conn, p)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			steady = false
+		}
+		if !ok && time.Now().Before(deadline) {
+			// A tampered capture is repaired inside installCapture, under
+			// the table lock (the readers rebuild in the same transaction).
+			ok, err = e.installCapture(ctx, conn, p)
+			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
+			if err == nil && !ok {
+				// Its lock is held: shown as status.capture_wait until it commits.
+				err = e.recordCaptureWait(ctx, conn, t)
+			}
+			if err != nil {
+				e.log.Warn("capture install failed", "table", t, "err", err)
+				if conn.IsClosed() {
+					return nil, false, err
+				}
+				continue
+			}
+		}
+		captured[t] = ok
+	}
+	return captured, steady, nil
+}
+
+// uninstallUnread removes capture from tables no definition reads any more;
+// acted says there was one.
+func (e *Engine) uninstallUnread(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT table_name FROM %s ct WHERE NOT EXISTS
+		(SELECT 1 FROM %s r WHERE r.table_name = ct.table_name)`, e.tbl("_captured_tables"), e.tbl("_definition_reads")))
+	if err != nil {
+		return true, err
+	}
+	unread, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return true, err
+	}
+	for _, t := range unread {
+		acted = true
+		if err := e.uninstallCapture(ctx, conn, t); err != nil {
+			e.log.Warn("capture uninstall failed", "table", t, "err", err)
+			if conn.IsClosed() {
+				return true, err
+			}
+		}
+	}
+	return acted, nil
+}
