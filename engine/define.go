@@ -58,34 +58,9 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	}
 
 	// The source: a plain, logged, non-partitioned table with a key.
-	var srcOID uint32
-	var relkind, persistence string
-	var partition, inherits bool
-	err = q.QueryRow(ctx, `
-		SELECT c.oid, c.relkind::text, c.relpersistence::text, c.relispartition,
-		       EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid OR inhparent = c.oid),
-		       format('%I.%I', n.nspname, c.relname)
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, spec.Source.Schema, spec.Source.Name).
-		Scan(&srcOID, &relkind, &persistence, &partition, &inherits, &c.SourceText)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, pgerr.Newf(pgerr.UndefinedTable, "source table %s does not exist", spec.Source).
-			WithClass("not_found", "SourceTableNotFound")
-	}
+	srcOID, err := sourceTable(ctx, q, spec, c)
 	if err != nil {
 		return nil, err
-	}
-	if relkind == "p" || partition || inherits || persistence != "p" || relkind != "r" {
-		what := map[bool]string{true: "a partitioned table, a partition or part of an inheritance hierarchy"}[relkind == "p" || partition || inherits]
-		if what == "" {
-			if relkind != "r" {
-				what = "not a plain table"
-			} else {
-				what = "unlogged or temporary"
-			}
-		}
-		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "source %s is %s; statement triggers cannot capture its changes", c.SourceText, what).
-			WithClass("validation", "SourceNotChangeKeyed")
 	}
 
 	var upstream *compiled
@@ -109,28 +84,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		}
 	}
 
-	// A target in a temporary schema would vanish with the defining session
-	// and leave a definition nothing can build (D21).
-	if sch := spec.Target.Schema; sch == "pg_temp" || strings.HasPrefix(sch, "pg_temp_") || strings.HasPrefix(sch, "pg_toast_temp_") {
-		return nil, pgerr.Newf("3F000", "target %s is in a temporary schema", spec.Target).
-			WithHint("name a target in a permanent schema, e.g. %s", pgx.Identifier{e.cfg.TargetSchema, spec.Target.Name}.Sanitize()).
-			WithClass("validation", "TemporaryTarget")
-	}
-
-	// The target and its ledger must not exist.
-	var taken string
-	err = q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname IN ($2, $3) LIMIT 1`,
-		spec.Target.Schema, spec.Target.Name, spec.Target.Name+model.LedgerSuffix).Scan(&taken)
-	if err == nil {
-		variant := "TargetTableExists"
-		if taken != spec.Target.Name {
-			variant = "TargetTableSuffixCollision"
-		}
-		return nil, pgerr.Newf(pgerr.DuplicateTable, "relation %s already exists", pgx.Identifier{spec.Target.Schema, taken}.Sanitize()).
-			WithClass("conflict", variant).WithHint("choose another target name, or DROP TRANSFORM the existing one")
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	if err := e.targetFree(ctx, q, spec); err != nil {
 		return nil, err
 	}
 
@@ -178,6 +132,72 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 	return d, nil
+}
+
+// sourceTable resolves spec's source, which must be a plain, logged,
+// non-partitioned table (statement triggers capture nothing else), and
+// sets c.SourceText to its canonical name.
+func sourceTable(ctx context.Context, q Querier, spec Spec, c *compiled) (uint32, error) {
+	var srcOID uint32
+	var relkind, persistence string
+	var partition, inherits bool
+	err := q.QueryRow(ctx, `
+		SELECT c.oid, c.relkind::text, c.relpersistence::text, c.relispartition,
+		       EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid OR inhparent = c.oid),
+		       format('%I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`, spec.Source.Schema, spec.Source.Name).
+		Scan(&srcOID, &relkind, &persistence, &partition, &inherits, &c.SourceText)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, pgerr.Newf(pgerr.UndefinedTable, "source table %s does not exist", spec.Source).
+			WithClass("not_found", "SourceTableNotFound")
+	}
+	if err != nil {
+		return 0, err
+	}
+	if relkind == "p" || partition || inherits || persistence != "p" || relkind != "r" {
+		what := map[bool]string{true: "a partitioned table, a partition or part of an inheritance hierarchy"}[relkind == "p" || partition || inherits]
+		if what == "" {
+			if relkind != "r" {
+				what = "not a plain table"
+			} else {
+				what = "unlogged or temporary"
+			}
+		}
+		return 0, pgerr.Newf(pgerr.FeatureNotSupported, "source %s is %s; statement triggers cannot capture its changes", c.SourceText, what).
+			WithClass("validation", "SourceNotChangeKeyed")
+	}
+	return srcOID, nil
+}
+
+// targetFree checks that spec's target can be created: a permanent schema,
+// and neither it nor its ledger exists.
+func (e *Engine) targetFree(ctx context.Context, q Querier, spec Spec) error {
+	// A target in a temporary schema would vanish with the defining session
+	// and leave a definition nothing can build (D21).
+	if sch := spec.Target.Schema; sch == "pg_temp" || strings.HasPrefix(sch, "pg_temp_") || strings.HasPrefix(sch, "pg_toast_temp_") {
+		return pgerr.Newf("3F000", "target %s is in a temporary schema", spec.Target).
+			WithHint("name a target in a permanent schema, e.g. %s", pgx.Identifier{e.cfg.TargetSchema, spec.Target.Name}.Sanitize()).
+			WithClass("validation", "TemporaryTarget")
+	}
+
+	// The target and its ledger must not exist.
+	var taken string
+	err := q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname IN ($2, $3) LIMIT 1`,
+		spec.Target.Schema, spec.Target.Name, spec.Target.Name+model.LedgerSuffix).Scan(&taken)
+	if err == nil {
+		variant := "TargetTableExists"
+		if taken != spec.Target.Name {
+			variant = "TargetTableSuffixCollision"
+		}
+		return pgerr.Newf(pgerr.DuplicateTable, "relation %s already exists", pgx.Identifier{spec.Target.Schema, taken}.Sanitize()).
+			WithClass("conflict", variant).WithHint("choose another target name, or DROP TRANSFORM the existing one")
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	return nil
 }
 
 // sourceKey is the key a definition over the source srcOID inherits: its
