@@ -59,19 +59,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	a := &Applied{Kind: "altered", Target: d.target, TargetTable: d.text, ID: &id, Status: d.status, SourceTable: d.source,
 		Warnings: []string{}, Added: nonNil(res.Added), Dropped: nonNil(res.Dropped), Altered: nonNil(res.Altered), CommandTag: st.CommandTag()}
 	if !res.Changed() {
-		var v int64
-		if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_alter(current_user::regrole, $1, NULL, NULL, NULL, NULL, NULL)`,
-			base.Ident(e.cfg.Schema)), d.id).Scan(&v); err != nil {
-			return nil, err
-		}
-		a.Version = &v
-		types := map[string]string{}
-		if src, err := e.resolveSource(ctx, q, def.Source); err == nil {
-			types = src.types
-		}
-		a.SourceColumns = d.c.SourceColumns(types)
-		a.Notice = fmt.Sprintf("transform %s unchanged: every clause was a no-op", d.text)
-		return a, nil
+		return e.alterUnchanged(ctx, q, d, def, a)
 	}
 
 	// Stages C and D of define on the merged definition (grammar §9.2).
@@ -112,59 +100,23 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		}
 		return int(st.Target.Pos)
 	}
-	for _, col := range res.Dropped {
-		var lines []string
-		if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
-			d.id, []string{col}).Scan(&lines); err != nil {
-			return nil, err
-		}
-		if len(lines) > 0 {
-			return nil, pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot drop field %s of %s: other transforms read it", grammar.QuoteIdentIfNeeded(col), d.text).
-				WithClass("conflict", "DependentsBlockDrop").WithPosition(clausePos(col)).
-				WithDetail("subject: %s.%s\n%s", d.target, col, strings.Join(lines, "\n")).
-				WithHint("alter or drop the readers first (leaves inward)")
-		}
+	if err := e.checkDroppedUnread(ctx, q, d, res.Dropped, clausePos); err != nil {
+		return nil, err
 	}
 	now := &compiled{Spec: *spec, SourceText: d.c.SourceText, TargetText: d.c.TargetText, Key: d.c.Key, KeyNullable: d.c.KeyNullable}
 	if err := e.resolveTypes(ctx, q, now); err != nil {
 		return nil, err
 	}
-	oldType := map[string]string{}
-	for i, f := range d.c.Spec.Fields {
-		oldType[f.Name] = d.c.FieldTypes[i]
-	}
-	newType := map[string]string{}
-	for i, f := range now.Spec.Fields {
-		newType[f.Name] = now.FieldTypes[i]
-	}
-	for _, f := range res.Altered {
-		if oldType[f] != newType[f] {
-			fq := grammar.QuoteIdentIfNeeded(f)
-			return nil, pgerr.Newf(pgerr.FeatureNotSupported, "ALTER TRANSFORM %s ALTER %s would change the column's type from %s to %s", tname, fq, oldType[f], newType[f]).
-				WithClass("validation", "UnsupportedAlter").WithPosition(clausePos(f)).
-				WithDetail("transform: %s; field: %s; current type: %s; new type: %s; an edit never rewrites the table", d.target, f, oldType[f], newType[f]).
-				WithHint("DROP %s, ADD <formula> AS %s in one ALTER TRANSFORM (the column is rebuilt), or cast the formula to %s", fq, fq, oldType[f])
-		}
+	newType, err := alteredTypesKept(d, now, res.Altered, tname, clausePos)
+	if err != nil {
+		return nil, err
 	}
 
 	// The target is the workers' (D20): its columns change through a
 	// SECURITY DEFINER function, its lock held until the caller's
 	// transaction ends.
-	if len(res.Dropped)+len(res.Added) > 0 {
-		added := &tableShape{}
-		for _, f := range res.Added {
-			added.add(f, newType[f], false)
-		}
-		if len(added.Cols) > 0 {
-			if err := added.resolve(ctx, q); err != nil {
-				return nil, err
-			}
-		}
-		raw, _ := json.Marshal(nonNilCols(added.Cols))
-		if _, err := q.Exec(ctx, fmt.Sprintf(`SELECT %s._alter_target(current_user::regrole, $1, $2, $3)`, base.Ident(e.cfg.Schema)),
-			d.id, nonNil(res.Dropped), raw); err != nil {
-			return nil, err
-		}
+	if err := e.alterTargetColumns(ctx, q, d, res.Dropped, res.Added, newType); err != nil {
+		return nil, err
 	}
 	raw, err := json.Marshal(now)
 	if err != nil {
@@ -179,6 +131,105 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	}
 	a.Version = &v
 	a.SourceColumns = now.SourceColumns(src.types)
+	a.Notice = alterNotice(d.text, res)
+	if len(rebuilt) > 0 {
+		a.Status = "waiting_to_backfill"
+		a.Notice += "; the changed columns are rebuilt in the background"
+		if opts.InTransactionBlock {
+			a.Notice += " once this transaction commits"
+		}
+		if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'alter')", e.channel("wake")); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// alterUnchanged answers an ALTER TRANSFORM whose every clause was a no-op:
+// the version is bumped (the statement was applied) and nothing rebuilt.
+func (e *Engine) alterUnchanged(ctx context.Context, q Querier, d *lockedDef, def *grammar.TransformStmt, a *Applied) (*Applied, error) {
+	var v int64
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_alter(current_user::regrole, $1, NULL, NULL, NULL, NULL, NULL)`,
+		base.Ident(e.cfg.Schema)), d.id).Scan(&v); err != nil {
+		return nil, err
+	}
+	a.Version = &v
+	types := map[string]string{}
+	if src, err := e.resolveSource(ctx, q, def.Source); err == nil {
+		types = src.types
+	}
+	a.SourceColumns = d.c.SourceColumns(types)
+	a.Notice = fmt.Sprintf("transform %s unchanged: every clause was a no-op", d.text)
+	return a, nil
+}
+
+// checkDroppedUnread refuses to drop a field another transform reads.
+func (e *Engine) checkDroppedUnread(ctx context.Context, q Querier, d *lockedDef, dropped []string, clausePos func(string) int) error {
+	for _, col := range dropped {
+		var lines []string
+		if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
+			d.id, []string{col}).Scan(&lines); err != nil {
+			return err
+		}
+		if len(lines) > 0 {
+			return pgerr.Newf(pgerr.DependentObjectsStillExist, "cannot drop field %s of %s: other transforms read it", grammar.QuoteIdentIfNeeded(col), d.text).
+				WithClass("conflict", "DependentsBlockDrop").WithPosition(clausePos(col)).
+				WithDetail("subject: %s.%s\n%s", d.target, col, strings.Join(lines, "\n")).
+				WithHint("alter or drop the readers first (leaves inward)")
+		}
+	}
+	return nil
+}
+
+// alteredTypesKept returns the fields' types after the ALTER and refuses
+// one that changes an altered field's type: an edit never rewrites the
+// table.
+func alteredTypesKept(d *lockedDef, now *compiled, altered []string, tname string, clausePos func(string) int) (map[string]string, error) {
+	oldType := map[string]string{}
+	for i, f := range d.c.Spec.Fields {
+		oldType[f.Name] = d.c.FieldTypes[i]
+	}
+	newType := map[string]string{}
+	for i, f := range now.Spec.Fields {
+		newType[f.Name] = now.FieldTypes[i]
+	}
+	for _, f := range altered {
+		if oldType[f] != newType[f] {
+			fq := grammar.QuoteIdentIfNeeded(f)
+			return nil, pgerr.Newf(pgerr.FeatureNotSupported, "ALTER TRANSFORM %s ALTER %s would change the column's type from %s to %s", tname, fq, oldType[f], newType[f]).
+				WithClass("validation", "UnsupportedAlter").WithPosition(clausePos(f)).
+				WithDetail("transform: %s; field: %s; current type: %s; new type: %s; an edit never rewrites the table", d.target, f, oldType[f], newType[f]).
+				WithHint("DROP %s, ADD <formula> AS %s in one ALTER TRANSFORM (the column is rebuilt), or cast the formula to %s", fq, fq, oldType[f])
+		}
+	}
+	return newType, nil
+}
+
+// alterTargetColumns drops and adds the target's columns through the
+// SECURITY DEFINER _alter_target (the target is the workers', D20), its
+// lock held until the caller's transaction ends.
+func (e *Engine) alterTargetColumns(ctx context.Context, q Querier, d *lockedDef, dropped, addedFields []string, newType map[string]string) error {
+	if len(dropped)+len(addedFields) > 0 {
+		added := &tableShape{}
+		for _, f := range addedFields {
+			added.add(f, newType[f], false)
+		}
+		if len(added.Cols) > 0 {
+			if err := added.resolve(ctx, q); err != nil {
+				return err
+			}
+		}
+		raw, _ := json.Marshal(nonNilCols(added.Cols))
+		if _, err := q.Exec(ctx, fmt.Sprintf(`SELECT %s._alter_target(current_user::regrole, $1, $2, $3)`, base.Ident(e.cfg.Schema)),
+			d.id, nonNil(dropped), raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// alterNotice names what an ALTER TRANSFORM changed.
+func alterNotice(text string, res grammar.AlterResult) string {
 	var parts []string
 	for _, x := range []struct {
 		verb  string
@@ -192,18 +243,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 			parts = append(parts, x.verb+" "+strings.Join(quoted, ", "))
 		}
 	}
-	a.Notice = fmt.Sprintf("transform %s altered: %s", d.text, strings.Join(parts, "; "))
-	if len(rebuilt) > 0 {
-		a.Status = "waiting_to_backfill"
-		a.Notice += "; the changed columns are rebuilt in the background"
-		if opts.InTransactionBlock {
-			a.Notice += " once this transaction commits"
-		}
-		if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'alter')", e.channel("wake")); err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
+	return fmt.Sprintf("transform %s altered: %s", text, strings.Join(parts, "; "))
 }
 
 func nonNil(s []string) []string {

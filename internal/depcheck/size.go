@@ -23,7 +23,6 @@ const (
 // root, a colon, the function's name (Type.Method for a method).
 var sizeExceptions = map[string]string{
 	"engine/drain.go:Engine.applyPage":         "one page is one transaction whose steps share its snapshot and failure bookkeeping",
-	"engine/alter.go:Engine.applyAlter":        "ALTER TRANSFORM's validate-merge-rebuild in one transaction, in statement order",
 	"engine/statement.go:Engine.checkFormulas": "D8's probes share one savepoint and probe table",
 }
 
