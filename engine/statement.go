@@ -491,22 +491,17 @@ func dedupe(in []string) []string {
 //   - every formula must be immutable, by Postgres's own rule for generated
 //     columns (which also looks through casts that go via text I/O).
 func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec, trees *formulaTrees) error {
-	type probe struct {
-		sql   string
-		pos   grammar.Pos
-		field string // "" for a GROUP BY key
-	}
-	var probes []probe
+	var probes []formulaProbe
 	fieldPos := map[string]grammar.Pos{}
 	for _, f := range st.Fields {
 		fieldPos[f.Name] = f.Pos
 	}
 	for _, g := range spec.GroupBy {
-		probes = append(probes, probe{g.Expr, st.Pos, ""})
+		probes = append(probes, formulaProbe{g.Expr, st.Pos, ""})
 	}
 	for _, f := range spec.Fields {
 		if f.Expr != "" {
-			probes = append(probes, probe{f.Expr, fieldPos[f.Name], f.Name})
+			probes = append(probes, formulaProbe{f.Expr, fieldPos[f.Name], f.Name})
 		}
 	}
 	if len(probes) == 0 {
@@ -523,51 +518,16 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		q.Exec(ctx, "RELEASE SAVEPOINT trellis_formula_probe")
 	}()
 	srcSQL := pgx.Identifier{src.Schema, src.Table}.Sanitize()
-	// One view holds every formula; its column i is probe i.
-	var b strings.Builder
-	b.WriteString("CREATE TEMP VIEW trellis_formula_probe AS SELECT ")
-	starts := make([]int, len(probes))
-	for i, p := range probes {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		starts[i] = b.Len()
-		b.WriteString("(" + p.sql + ") AS " + base.Ident(fmt.Sprintf("__probe_%d", i)))
-	}
-	b.WriteString(" FROM " + srcSQL + " AS " + base.Ident(SourceAlias))
-	if _, err := q.Exec(ctx, b.String()); err != nil {
-		return formulaError(err, func(at int) grammar.Pos {
-			for i := len(starts) - 1; i >= 0; i-- {
-				if at >= starts[i] {
-					return probes[i].pos
-				}
-			}
-			return st.Pos
-		})
-	}
-	var userObjects []string
-	rows, err := q.Query(ctx, `SELECT DISTINCT pg_describe_object(d.refclassid, d.refobjid, 0)
-		FROM pg_depend d JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-		WHERE r.ev_class = 'pg_temp.trellis_formula_probe'::regclass
-		  AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_cast'::regclass,
-		                       'pg_type'::regclass, 'pg_collation'::regclass)
-		ORDER BY 1`)
-	if err != nil {
+	if err := createProbeView(ctx, q, probes, srcSQL, st.Pos); err != nil {
 		return err
 	}
-	if userObjects, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+	if err := refuseUserObjects(ctx, q, st.Pos); err != nil {
 		return err
-	}
-	if len(userObjects) > 0 {
-		return pgerr.Newf(pgerr.FeatureNotSupported, "formulas may only use built-in functions, operators and types; %s is user-defined", userObjects[0]).
-			WithClass("validation", "UserDefinedFunction").WithPosition(int(st.Pos)).
-			WithDetail("user-defined objects would run with the workers' privileges").
-			WithHint("express the formula with built-in (pg_catalog) functions")
 	}
 	// Immutability, one formula at a time so the error names the culprit.
 	// Each probe column takes the formula's own type, read off the view:
 	// casting to text would itself be stable for some types.
-	rows, err = q.Query(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+	rows, err := q.Query(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 		WHERE attrelid = 'pg_temp.trellis_formula_probe'::regclass AND attnum > 0 ORDER BY attnum`)
 	if err != nil {
 		return err
@@ -630,6 +590,69 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 	failed = false
 	_, err = q.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_formula_probe")
 	return err
+}
+
+// formulaProbe is one formula checkFormulas probes.
+type formulaProbe struct {
+	sql   string
+	pos   grammar.Pos
+	field string // "" for a GROUP BY key
+}
+
+// createProbeView creates the temporary view holding every formula (its
+// column i is probe i), which resolves them against the source as
+// Postgres would; an error is placed at the failing formula.
+func createProbeView(ctx context.Context, q Querier, probes []formulaProbe, srcSQL string, stmtPos grammar.Pos) error {
+	// One view holds every formula; its column i is probe i.
+	var b strings.Builder
+	b.WriteString("CREATE TEMP VIEW trellis_formula_probe AS SELECT ")
+	starts := make([]int, len(probes))
+	for i, p := range probes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		starts[i] = b.Len()
+		b.WriteString("(" + p.sql + ") AS " + base.Ident(fmt.Sprintf("__probe_%d", i)))
+	}
+	b.WriteString(" FROM " + srcSQL + " AS " + base.Ident(SourceAlias))
+	if _, err := q.Exec(ctx, b.String()); err != nil {
+		return formulaError(err, func(at int) grammar.Pos {
+			for i := len(starts) - 1; i >= 0; i-- {
+				if at >= starts[i] {
+					return probes[i].pos
+				}
+			}
+			return stmtPos
+		})
+	}
+	return nil
+}
+
+// refuseUserObjects refuses formulas (the probe view) that depend on a
+// user-defined function, operator, cast, type or collation: Postgres
+// records no dependency on pg_catalog's pinned objects, so any it records
+// is a user's, and it would run with the workers' privileges.
+func refuseUserObjects(ctx context.Context, q Querier, pos grammar.Pos) error {
+	var userObjects []string
+	rows, err := q.Query(ctx, `SELECT DISTINCT pg_describe_object(d.refclassid, d.refobjid, 0)
+		FROM pg_depend d JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+		WHERE r.ev_class = 'pg_temp.trellis_formula_probe'::regclass
+		  AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_cast'::regclass,
+		                       'pg_type'::regclass, 'pg_collation'::regclass)
+		ORDER BY 1`)
+	if err != nil {
+		return err
+	}
+	if userObjects, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return err
+	}
+	if len(userObjects) > 0 {
+		return pgerr.Newf(pgerr.FeatureNotSupported, "formulas may only use built-in functions, operators and types; %s is user-defined", userObjects[0]).
+			WithClass("validation", "UserDefinedFunction").WithPosition(int(pos)).
+			WithDetail("user-defined objects would run with the workers' privileges").
+			WithHint("express the formula with built-in (pg_catalog) functions")
+	}
+	return nil
 }
 
 // formulaError turns a Postgres error raised by a probe into one that points
