@@ -212,10 +212,10 @@ func (e *Engine) alterTargetColumns(ctx context.Context, q Querier, d *lockedDef
 	if len(dropped)+len(addedFields) > 0 {
 		added := &tableShape{}
 		for _, f := range addedFields {
-			added.add(f, newType[f], false)
+			added.Add(f, newType[f], false)
 		}
 		if len(added.Cols) > 0 {
-			if err := added.resolve(ctx, q); err != nil {
+			if err := resolveShape(ctx, q, added); err != nil {
 				return err
 			}
 		}

@@ -92,9 +92,9 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 
-	tshape, lshape := shapesOf(c)
+	tshape, lshape := c.Shapes()
 	for _, sh := range []*tableShape{tshape, lshape} {
-		if err := sh.resolve(ctx, q); err != nil {
+		if err := resolveShape(ctx, q, sh); err != nil {
 			return nil, err
 		}
 	}

@@ -143,7 +143,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 			fmt.Fprintf(&b, "-- %s: %s\n%s;\n\n", target, name, strings.TrimSpace(sql))
 		}
 	}
-	tgt, led := shapesOf(c)
+	tgt, led := c.Shapes()
 	section("target shape", goldenShape(tgt))
 	section("ledger shape", goldenShape(led))
 	p := e.inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
