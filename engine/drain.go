@@ -201,14 +201,37 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	}
 	window := windowOf(false)
 	// Truncates first, in the bucket's first page (a truncate batch has one bucket).
-	var tr pageShare
+	var truncated []string
+	var tOrigin *string
+	var tUnknown bool
+	var tHop int16
 	if first && hasTruncate {
-		var err error
-		if tr, err = pageTruncates(ctx, tx, window, batch); err != nil {
+		rows, err := tx.Query(ctx, `SELECT c.src_table, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
+			window+` AND c.key IS NULL AND c.op = 'truncate' GROUP BY c.src_table ORDER BY 1`, batch)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var t string
+			var unk bool
+			var o *string
+			var h int16
+			if err := rows.Scan(&t, &unk, &o, &h); err != nil {
+				rows.Close()
+				return err
+			}
+			truncated = append(truncated, t)
+			tUnknown = tUnknown || unk
+			if o != nil && (tOrigin == nil || lsnLess(*o, *tOrigin)) {
+				tOrigin = o
+			}
+			tHop = max(tHop, h)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return err
 		}
 	}
-	truncated, tOrigin, tUnknown, tHop := tr.truncated, tr.tOrigin, tr.tUnknown, tr.tHop
 	at, ak := "", ""
 	if afterTable != nil {
 		at = *afterTable
@@ -216,11 +239,52 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	if afterKey != nil {
 		ak = *afterKey
 	}
-	keys, meta, po, err := e.pageKeys(ctx, tx, windowOf(true), batch, bucket, bucketCount, at, ak, tr, waited)
+	rows, err := tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
+		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
+		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
+		  extract(epoch FROM clock_timestamp() - min(coalesce(c.origin_at, c.staged_at)))::float8 `+
+		windowOf(true)+
+		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
+		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
+		GROUP BY c.src_table, k.key ORDER BY c.src_table COLLATE "C", k.key COLLATE "C" LIMIT $6`,
+		batch, bucketCount, bucket, at, ak, e.cfg.PageSize)
 	if err != nil {
 		return err
 	}
-	origin, unknown, hop, originAt := po.origin, po.unknown, po.hop, po.at
+	var keys []pageKey
+	meta := map[pageKey]keyMeta{}
+	origin, unknown, hop := tOrigin, tUnknown, tHop
+	var originAt float64 // the page's oldest original write (0: none), passed down a chain
+	for rows.Next() {
+		var k pageKey
+		var unk bool
+		var o *string
+		var h int16
+		var age, at, e2eAge float64
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge); err != nil {
+			rows.Close()
+			return err
+		}
+		if d := time.Duration(age * float64(time.Second)); d > *waited {
+			*waited = d
+		}
+		keys = append(keys, k)
+		if unk {
+			meta[k] = keyMeta{hop: h, age: e2eAge}
+		} else {
+			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge}
+		}
+		originAt = minAt(originAt, at)
+		unknown = unknown || unk
+		if o != nil && (origin == nil || lsnLess(*o, *origin)) {
+			origin = o
+		}
+		hop = max(hop, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
 	last := len(keys) < e.cfg.PageSize
 	// Chained targets inherit the page's least origin and next hop (§12.7).
 	o := "unknown"
@@ -233,7 +297,23 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 			return err
 		}
 	}
-	byTable, tables := e.groupByTable(keys, truncated)
+	byTable := map[string][]pageKey{}
+	var tables []string
+	for i, k := range keys {
+		if e.plant.dropEveryNthKey > 0 && i%e.plant.dropEveryNthKey == e.plant.dropEveryNthKey-1 {
+			continue
+		}
+		if _, ok := byTable[k.table]; !ok {
+			tables = append(tables, k.table)
+		}
+		byTable[k.table] = append(byTable[k.table], k)
+	}
+	for _, t := range truncated {
+		if _, ok := byTable[t]; !ok {
+			tables = append(tables, t)
+			byTable[t] = nil
+		}
+	}
 	if len(tables) > 0 {
 		// Fence: readers applying now, share-locked against pause/drop/alter, in id order.
 		defs, skipped, err := e.readers(ctx, tx, tables)
@@ -282,147 +362,13 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, batch int64, bucket, 
 	} else {
 		lt, lk = &at, &ak
 	}
-	if err := e.finishPage(ctx, tx, batch, bucket, *lt, *lk, last); err != nil {
-		return err
-	}
-	if e.plant.pageHook != nil {
-		e.plant.pageHook("before-commit")
-	}
-	return nil
-}
-
-// pageOrigin is what a page passes down a chain: its least origin (unknown
-// when any key's is), its greatest hop and its oldest original write.
-type pageOrigin struct {
-	origin  *string
-	unknown bool
-	hop     int16
-	at      float64
-}
-
-// pageKeys reads the page's keys past (at, ak) in the bucket's share of
-// the batch (window: its log rows, one row per key), each with its origin
-// and hop; waited grows to the oldest key's staging age. tr seeds the
-// page's origin with its truncates'.
-func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, window string, batch int64, bucket, bucketCount int16, at, ak string,
-	tr pageShare, waited *time.Duration) ([]pageKey, map[pageKey]keyMeta, pageOrigin, error) {
-	rows, err := tx.Query(ctx, `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
-		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
-		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
-		  extract(epoch FROM clock_timestamp() - min(coalesce(c.origin_at, c.staged_at)))::float8 `+
-		window+
-		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
-		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
-		GROUP BY c.src_table, k.key ORDER BY c.src_table COLLATE "C", k.key COLLATE "C" LIMIT $6`,
-		batch, bucketCount, bucket, at, ak, e.cfg.PageSize)
-	if err != nil {
-		return nil, nil, pageOrigin{}, err
-	}
-	var keys []pageKey
-	meta := map[pageKey]keyMeta{}
-	origin, unknown, hop := tr.tOrigin, tr.tUnknown, tr.tHop
-	var originAt float64 // the page's oldest original write (0: none), passed down a chain
-	for rows.Next() {
-		var k pageKey
-		var unk bool
-		var o *string
-		var h int16
-		var age, at, e2eAge float64
-		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge); err != nil {
-			rows.Close()
-			return nil, nil, pageOrigin{}, err
-		}
-		if d := time.Duration(age * float64(time.Second)); d > *waited {
-			*waited = d
-		}
-		keys = append(keys, k)
-		if unk {
-			meta[k] = keyMeta{hop: h, age: e2eAge}
-		} else {
-			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge}
-		}
-		originAt = minAt(originAt, at)
-		unknown = unknown || unk
-		if o != nil && (origin == nil || lsnLess(*o, *origin)) {
-			origin = o
-		}
-		hop = max(hop, h)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, pageOrigin{}, err
-	}
-	return keys, meta, pageOrigin{origin: origin, unknown: unknown, hop: hop, at: originAt}, nil
-}
-
-// pageTruncates reads the batch's truncates (window: its log rows), with
-// the least origin and greatest hop among them.
-func pageTruncates(ctx context.Context, tx pgx.Tx, window string, batch int64) (pageShare, error) {
-	var truncated []string
-	var tOrigin *string
-	var tUnknown bool
-	var tHop int16
-	rows, err := tx.Query(ctx, `SELECT c.src_table, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
-		window+` AND c.key IS NULL AND c.op = 'truncate' GROUP BY c.src_table ORDER BY 1`, batch)
-	if err != nil {
-		return pageShare{}, err
-	}
-	for rows.Next() {
-		var t string
-		var unk bool
-		var o *string
-		var h int16
-		if err := rows.Scan(&t, &unk, &o, &h); err != nil {
-			rows.Close()
-			return pageShare{}, err
-		}
-		truncated = append(truncated, t)
-		tUnknown = tUnknown || unk
-		if o != nil && (tOrigin == nil || lsnLess(*o, *tOrigin)) {
-			tOrigin = o
-		}
-		tHop = max(tHop, h)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return pageShare{}, err
-	}
-	return pageShare{truncated: truncated, tOrigin: tOrigin, tUnknown: tUnknown, tHop: tHop}, nil
-}
-
-// groupByTable groups a page's keys by their table, in first-seen order,
-// with a truncated table present even without keys.
-func (e *Engine) groupByTable(keys []pageKey, truncated []string) (map[string][]pageKey, []string) {
-	byTable := map[string][]pageKey{}
-	var tables []string
-	for i, k := range keys {
-		if e.plant.dropEveryNthKey > 0 && i%e.plant.dropEveryNthKey == e.plant.dropEveryNthKey-1 {
-			continue
-		}
-		if _, ok := byTable[k.table]; !ok {
-			tables = append(tables, k.table)
-		}
-		byTable[k.table] = append(byTable[k.table], k)
-	}
-	for _, t := range truncated {
-		if _, ok := byTable[t]; !ok {
-			tables = append(tables, t)
-			byTable[t] = nil
-		}
-	}
-	return byTable, tables
-}
-
-// finishPage saves the bucket's cursor after the page (lt, lk: its last
-// key) and, after its last page, the bucket's done bit in the batch.
-func (e *Engine) finishPage(ctx context.Context, tx pgx.Tx, batch int64, bucket int16, lt, lk string, last bool) error {
 	state := "open"
 	if last {
 		state = "done"
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET after_table = $3, after_key = $4, state = $5, pages = pages + 1,
 		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL, failed_since = NULL, failed_last = NULL
-		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, lt, lk, state); err != nil {
+		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, *lt, *lk, state); err != nil {
 		return err
 	}
 	if last {
@@ -441,6 +387,9 @@ func (e *Engine) finishPage(ctx context.Context, tx pgx.Tx, batch int64, bucket 
 				return err
 			}
 		}
+	}
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("before-commit")
 	}
 	return nil
 }
