@@ -9,97 +9,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
-// compiledDef is a definition's generated SQL, cached by (id, version).
+// compiledDef is a definition's generated SQL (engine/sqlgen), cached by
+// (id, version) and the paused fields it was generated for.
 type compiledDef struct {
 	id, version int64
-	c           *compiled
-	lockInsert  string
-	lockSelect  string
-	derive      string
-	deleteEmpty string
-	recompute   string
-	ledgerGC    string
-	// paused are the 1-1 fields the column fuse paused (never written);
-	// fieldProbe evaluates one field alone for keys $1 (attribution).
-	paused     map[string]bool
-	pausedKey  string
-	fieldProbe map[string]string
-	// groupValue is each aggregate field's value for target row "t2",
-	// from its accumulators or the ledger (refreshSQL).
-	groupValue map[string]string
-	// A fresh build's chunk (§12.8, build.go setChunk) is one set-based
-	// statement (freshSQL) writing the range's target rows (1-1) or its
-	// ledger entries (aggregates), skipping keys a page already wrote;
-	// groupsSQL is a fresh aggregate build's last step, every group row
-	// written once from the ledger; reconcileSQL and pruneSQL a rebuild's.
-	freshHead, freshMid, freshTail string
-	// rebuild is a 1-1 rebuild's chunk, in pieces around its range
-	// (rebuildSQL).
-	rebuild                struct{ live, set, diff, keyEq, insert, order string }
-	rebuildAgg             struct{ head, tail string }
-	groupsSQL              string
-	reconcileSQL, pruneSQL string
-}
-
-// freshSQL is a fresh chunk's statement: srcWhere (" WHERE …" or "")
-// selects the range over the source alias, tgtConds (over alias "t2", the
-// same parameters) the same range over a 1-1 target's key.
-func (cd *compiledDef) freshSQL(srcWhere string, tgtConds []string) string {
-	if cd.freshMid == "" {
-		return cd.freshHead + srcWhere + cd.freshTail
-	}
-	return cd.freshHead + srcWhere + cd.freshMid + strings.Join(append(tgtConds, cd.freshTail), " AND ") + ")"
-}
-
-// rebuildSQL is a 1-1 rebuild's chunk over the source rows srcWhere
-// selects and the target rows tgtConds (alias t2) bounds to the same range:
-// each row that differs from its source row rewritten, each missing one
-// inserted. It returns the rows read.
-func (cd *compiledDef) rebuildSQL(srcWhere string, tgtConds []string) string {
-	r := &cd.rebuild
-	match := strings.Join(append(slices.Clone(tgtConds), r.keyEq), " AND ")
-	q := "WITH live AS MATERIALIZED (" + r.live + srcWhere + ")"
-	if r.set != "" {
-		q += ",\nupd AS (UPDATE " + cd.c.target() + " AS t2 SET " + r.set + " FROM live WHERE " + match + " AND (" + r.diff + ") RETURNING 1)"
-	}
-	return q + ",\nins AS (" + r.insert + " FROM live WHERE NOT EXISTS (SELECT 1 FROM " + cd.c.target() + " AS t2 WHERE " + match +
-		") ORDER BY " + r.order + " RETURNING 1)\nSELECT count(*) FROM live"
-}
-
-// rebuildAggSQL is an aggregate rebuild's chunk over the source rows
-// srcWhere selects: each key's ledger entry re-derived from its row, the
-// differences added to the groups as a page adds them. It returns the rows
-// read and the group rows it wrote (for deleteEmpty and recompute).
-func (cd *compiledDef) rebuildAggSQL(srcWhere string) string {
-	return cd.rebuildAgg.head + srcWhere + cd.rebuildAgg.tail
-}
-
-// heapSQL is a heap build's chunk (build.go heapChunk): the range's ledger
-// entries, inserted as read, with no probe (no page writes the ledger
-// during a heap build) and no order (no index to feed).
-func (cd *compiledDef) heapSQL(srcWhere string) string {
-	return cd.freshHead + srcWhere + ") live"
-}
-
-// refreshSQL rewrites the given aggregate fields of every group from what
-// the target and ledger keep for it, touching only rows that differ.
-func (cd *compiledDef) refreshSQL(cols []string) string {
-	var sets, diffs []string
-	for _, col := range cols {
-		v, ok := cd.groupValue[col]
-		if !ok {
-			continue
-		}
-		sets = append(sets, ident(col)+" = "+v)
-		// Renderings, not =: numeric 1.5 and 1.50 differ.
-		diffs = append(diffs, "t2."+ident(col)+"::text IS DISTINCT FROM ("+v+")::text")
-	}
-	if len(sets) == 0 {
-		return ""
-	}
-	return "UPDATE " + cd.c.target() + " AS t2 SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(diffs, " OR ")
+	pausedKey   string
+	*sqlgen.Def
 }
 
 func (e *Engine) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
@@ -119,372 +39,15 @@ func (e *Engine) compiledForPaused(id, version int64, raw []byte, paused []strin
 	if err := json.Unmarshal(raw, c); err != nil {
 		return nil, fmt.Errorf("definition %d: bad compiled form: %w", id, err)
 	}
-	cd = &compiledDef{id: id, version: version, c: c, pausedKey: pk, paused: map[string]bool{}}
+	ps := map[string]bool{}
 	for _, p := range paused {
-		cd.paused[p] = true
+		ps[p] = true
 	}
-	cd.generate()
+	cd = &compiledDef{id: id, version: version, pausedKey: pk, Def: sqlgen.Generate(c, ps)}
 	e.cacheMu.Lock()
 	e.cache[id] = cd
 	e.cacheMu.Unlock()
 	return cd, nil
-}
-
-func joinf(n int, f func(i int) string, sep string) string {
-	parts := make([]string, n)
-	for i := range parts {
-		parts[i] = f(i)
-	}
-	return strings.Join(parts, sep)
-}
-
-func (cd *compiledDef) generate() {
-	c := cd.c
-	cd.lockInsert = "INSERT INTO " + c.ledger() + ` (k) SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k COLLATE "C" ON CONFLICT (k) DO NOTHING`
-	cd.lockSelect = "SELECT count(*) FROM (SELECT k FROM " + c.ledger() + ` WHERE k = ANY($1::text[]) ORDER BY k COLLATE "C" FOR UPDATE) l`
-	_, unnest, _ := keyArgs(nil, c.Key, c.KeyNullable)
-	src := c.source() + " AS " + ident(SourceAlias)
-	lookup := keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)
-	if !c.Spec.IsAggregate() {
-		var fields []Field
-		cd.fieldProbe = map[string]string{}
-		for _, f := range c.Spec.Fields {
-			if !cd.paused[f.Name] {
-				fields = append(fields, f)
-				cd.fieldProbe[f.Name] = `WITH u AS (SELECT * FROM ` + unnest + `) SELECT (` + f.Expr + `)::text FROM u JOIN ` + src + ` ON ` + lookup
-			}
-		}
-		nk, nf := len(c.Key), len(fields)
-		tcols := joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ")
-		if nf > 0 {
-			tcols += ", " + joinf(nf, func(i int) string { return ident(fields[i].Name) }, ", ")
-		}
-		sel := joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
-		if nf > 0 {
-			sel += ", " + joinf(nf, func(i int) string { return "__f" + itoa(i) }, ", ")
-		}
-		set := joinf(nk, func(i int) string { n := ident(c.Key[i].Name); return n + " = excluded." + n }, ", ")
-		if nf > 0 {
-			set += ", " + joinf(nf, func(i int) string { n := ident(fields[i].Name); return n + " = excluded." + n }, ", ")
-		}
-		liveCols := joinf(nk, func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " AS __p" + itoa(i) }, ", ")
-		if nf > 0 {
-			liveCols += ", " + joinf(nf, func(i int) string { return "(" + fields[i].Expr + ") AS __f" + itoa(i) }, ", ")
-		}
-		// Only the written columns decide whether a row changed: a paused
-		// column's excluded value is the default, never its stale value.
-		// Columns are qualified: a bare t or excluded would name a field
-		// of that name, not the row (D21: no field name may collide with
-		// the generated SQL's aliases).
-		written := func(alias string) string {
-			return "ROW(" + joinf(nk, func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ") +
-				joinf(nf, func(i int) string { return ", " + alias + "." + ident(fields[i].Name) }, "") + ")"
-		}
-		changed := "record_image_ne(" + written("t") + ", " + written("excluded") + ")"
-		cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
-live AS (SELECT u.k AS __k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
-gone AS (SELECT u.* FROM u WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.__k = u.k)),
-up AS (INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM live ORDER BY __k COLLATE "C"
-       ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO UPDATE SET ` + set + `
-       WHERE ` + changed + ` RETURNING 1),
-del AS (DELETE FROM ` + c.target() + ` AS t USING gone WHERE ` + keyLookup("t", "gone", c.Key, c.KeyNullable) + ` RETURNING 1)
-DELETE FROM ` + c.ledger() + ` e USING gone WHERE e.k = gone.k`
-		cd.freshHead = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel + ` FROM (SELECT ` + liveCols + ` FROM ` + src
-		if !c.KeyNullable {
-			// A rebuild's chunk (rebuildSQL): rows that differ rewritten,
-			// missing ones inserted. A plain UPDATE, not derive's ON
-			// CONFLICT: that locks (and WAL-logs) every row it leaves as
-			// is, most rows of a rebuild, and cost twice as much per row.
-			// Renderings decide a difference (numeric 1.5 and 1.50 do
-			// differ), which also holds if a column's type and its
-			// formula's part ways.
-			r := &cd.rebuild
-			r.live = `SELECT ` + liveCols + ` FROM ` + src
-			if nf > 0 {
-				r.set = joinf(nf, func(i int) string { return ident(fields[i].Name) + " = live.__f" + itoa(i) }, ", ")
-				r.diff = joinf(nf, func(i int) string {
-					return "t2." + ident(fields[i].Name) + "::text IS DISTINCT FROM live.__f" + itoa(i) + "::text"
-				}, " OR ")
-			}
-			r.keyEq = joinf(nk, func(i int) string { return "t2." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
-			r.insert = `INSERT INTO ` + c.target() + ` AS t (` + tcols + `) SELECT ` + sel
-			r.order = joinf(nk, func(i int) string { return "__p" + itoa(i) }, ", ")
-		}
-		if c.KeyNullable {
-			// One chunk (no range), a NULL-safe match no anti-join can hash.
-			cd.freshTail = `) live ON CONFLICT (` + joinf(nk, func(i int) string { return ident(c.Key[i].Name) }, ", ") + `) DO NOTHING`
-			return
-		}
-		// A plain insert of the keys the target lacks, not ON CONFLICT DO
-		// NOTHING: a speculative insertion per row cost about twice the
-		// insert itself. The anti-join reads only the chunk's own range of
-		// the target (the rows pages wrote there), never the whole growing
-		// target, which made an unbounded NOT EXISTS quadratic over a build.
-		cd.freshMid = `) live WHERE NOT EXISTS (SELECT 1 FROM ` + c.target() + ` AS t2 WHERE `
-		cd.freshTail = joinf(nk, func(i int) string { return "t2." + ident(c.Key[i].Name) + " = live.__p" + itoa(i) }, " AND ")
-		return
-	}
-
-	ng, na := len(c.Spec.GroupBy), len(c.Args)
-	gs := func(prefix string) string {
-		return joinf(ng, func(i int) string { return prefix + "g" + itoa(i) }, ", ")
-	}
-	as := func(prefix string) string {
-		if na == 0 {
-			return ""
-		}
-		return ", " + joinf(na, func(i int) string { return prefix + "a" + itoa(i) }, ", ")
-	}
-	sks := func(prefix string) string {
-		if !c.NeedSrcKey {
-			return ""
-		}
-		return ", " + joinf(len(c.Key), func(i int) string { return prefix + "sk" + itoa(i) }, ", ")
-	}
-	liveCols := joinf(ng, func(i int) string { return "(" + c.Spec.GroupBy[i].Expr + ") AS g" + itoa(i) }, ", ")
-	for i, a := range c.Args {
-		liveCols += ", (" + a.Expr + ") AS a" + itoa(i)
-	}
-	if c.NeedSrcKey {
-		for i, k := range c.Key {
-			liveCols += ", " + ident(SourceAlias) + "." + ident(k.Name) + " AS sk" + itoa(i)
-		}
-	}
-	setLedger := "member = w.member, " + joinf(ng, func(i int) string { return "g" + itoa(i) + " = w.g" + itoa(i) }, ", ")
-	for i := range c.Args {
-		setLedger += ", a" + itoa(i) + " = w.a" + itoa(i)
-	}
-	if c.NeedSrcKey {
-		for i := range c.Key {
-			setLedger += ", sk" + itoa(i) + " = w.sk" + itoa(i)
-		}
-	}
-	gcols := joinf(ng, func(i int) string { return ident(c.Spec.GroupBy[i].Name) }, ", ")
-	// Deltas per group; memberCols are the same sums over members only
-	// (every sign 1), cheaper aggregates for a GROUP BY over the ledger.
-	dcols := []string{"sum(sign) AS dm"}
-	memberCols := []string{"count(*) AS dm"}
-	insCols := []string{`"__members"`}
-	insVals := []string{"dm"}
-	set := []string{`"__members" = t."__members" + excluded."__members"`}
-	for i, a := range c.Args {
-		ai := "a" + itoa(i)
-		dcols = append(dcols, "sum(CASE WHEN "+ai+" IS NULL THEN 0 ELSE sign END) AS dc"+itoa(i))
-		memberCols = append(memberCols, "count("+ai+") AS dc"+itoa(i))
-		insCols = append(insCols, ident("__cnt"+itoa(i)))
-		insVals = append(insVals, "dc"+itoa(i))
-		set = append(set, ident("__cnt"+itoa(i))+" = t."+ident("__cnt"+itoa(i))+" + excluded."+ident("__cnt"+itoa(i)))
-		if a.NeedSum {
-			z := "CAST('0' AS " + a.SumType + ")"
-			// Subtracting the negative part keeps a type's minimum from overflowing on negation.
-			dcols = append(dcols, "coalesce(sum("+ai+") FILTER (WHERE sign > 0), "+z+") - coalesce(sum("+ai+") FILTER (WHERE sign < 0), "+z+") AS ds"+itoa(i))
-			memberCols = append(memberCols, "coalesce(sum("+ai+"), "+z+") AS ds"+itoa(i))
-			insCols = append(insCols, ident("__sum"+itoa(i)))
-			insVals = append(insVals, "ds"+itoa(i))
-			set = append(set, ident("__sum"+itoa(i))+" = t."+ident("__sum"+itoa(i))+" + excluded."+ident("__sum"+itoa(i)))
-		}
-		if a.NeedTrue {
-			dcols = append(dcols, "sum(CASE WHEN "+ai+" THEN sign ELSE 0 END) AS dt"+itoa(i))
-			memberCols = append(memberCols, "count(*) FILTER (WHERE "+ai+") AS dt"+itoa(i))
-			insCols = append(insCols, ident("__true"+itoa(i)))
-			insVals = append(insVals, "dt"+itoa(i))
-			set = append(set, ident("__true"+itoa(i))+" = t."+ident("__true"+itoa(i))+" + excluded."+ident("__true"+itoa(i)))
-		}
-	}
-	// acc reads an accumulator: a new group's delta, an existing group's
-	// sum with the delta, or (refresh) a group's own stored value.
-	const (
-		accNew = iota
-		accUpsert
-		accOwn
-	)
-	acc := func(mode int, what string, i int) string {
-		col := map[string]string{"m": `"__members"`, "c": ident("__cnt" + itoa(i)), "s": ident("__sum" + itoa(i)), "t": ident("__true" + itoa(i))}[what]
-		switch mode {
-		case accNew:
-			return map[string]string{"m": "dm", "c": "dc" + itoa(i), "s": "ds" + itoa(i), "t": "dt" + itoa(i)}[what]
-		case accOwn:
-			return "t2." + col
-		}
-		return "(t." + col + " + excluded." + col + ")"
-	}
-	incExpr := func(f Field, a int, newRow int) string {
-		var x string
-		switch f.Agg {
-		case AggCountStar:
-			x = acc(newRow, "m", 0)
-		case AggCount:
-			x = acc(newRow, "c", a)
-		case AggSum:
-			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "s", a) + " END"
-		case AggAvg:
-			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "s", a) + "::numeric / " + acc(newRow, "c", a) + "::numeric END"
-		case AggBoolAnd:
-			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "t", a) + " = " + acc(newRow, "c", a) + " END"
-		case AggBoolOr:
-			x = "CASE WHEN " + acc(newRow, "c", a) + " = 0 THEN NULL ELSE " + acc(newRow, "t", a) + " > 0 END"
-		}
-		if f.Cast != "" {
-			x = "(" + x + ")::" + f.Cast
-		}
-		return x
-	}
-	var recompute []int
-	for i, f := range c.Spec.Fields {
-		if cd.paused[f.Name] {
-			continue // the accumulators above are still maintained
-		}
-		if c.Recompute[i] {
-			recompute = append(recompute, i)
-			continue
-		}
-		insCols = append(insCols, ident(f.Name))
-		insVals = append(insVals, incExpr(f, c.FieldArg[i], accNew))
-		set = append(set, ident(f.Name)+" = "+incExpr(f, c.FieldArg[i], accUpsert))
-	}
-	groupMatch := joinf(ng, func(i int) string {
-		g := "t2." + ident(c.Spec.GroupBy[i].Name)
-		e := "e.g" + itoa(i)
-		return "(" + e + " = " + g + " OR (" + e + " IS NULL AND " + g + " IS NULL))"
-	}, " AND ")
-	// recomputeAgg is a recomputed field over ledger entries "e": one
-	// group's (a subquery for target row t2), or the aggregate alone for a
-	// GROUP BY over the entries (grouped).
-	recomputeAgg := func(i int, perRow bool) string {
-		f := c.Spec.Fields[i]
-		a := "e.a" + itoa(c.FieldArg[i])
-		var agg string
-		if f.Agg == AggJSONBAgg {
-			agg = "jsonb_agg(" + a + " ORDER BY " + joinf(len(c.Key), func(j int) string { return "e.sk" + itoa(j) }, ", ") + ")"
-		} else {
-			agg = aggSQLName[f.Agg] + "(" + a + ")"
-		}
-		if f.Cast != "" {
-			agg = "(" + agg + ")::" + f.Cast
-		}
-		if !perRow {
-			return agg
-		}
-		return "(SELECT " + agg + " FROM " + c.ledger() + " e WHERE e.member AND " + groupMatch + ")"
-	}
-	// What each field is, computed for target row t2 from what is kept for
-	// its group (a refresh after a field pause).
-	cd.groupValue = map[string]string{}
-	for i, f := range c.Spec.Fields {
-		if c.Recompute[i] {
-			cd.groupValue[f.Name] = recomputeAgg(i, true)
-		} else {
-			cd.groupValue[f.Name] = incExpr(f, c.FieldArg[i], accOwn)
-		}
-	}
-	// The entries old read are updated by tuple id: the page holds them
-	// locked (lockSelect), so they stay where old found them, and the
-	// UPDATE needs no second index descent per key.
-	cd.derive = `WITH u AS (SELECT * FROM ` + unnest + `),
-live AS (SELECT u.k, ` + liveCols + ` FROM u JOIN ` + src + ` ON ` + lookup + `),
-want AS (SELECT u.k, (l.k IS NOT NULL) AS member, ` + gs("l.") + as("l.") + sks("l.") + ` FROM u LEFT JOIN live l ON l.k = u.k),
-old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY($1::text[])),
-upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM want w
-        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
-        RETURNING e.k),
-moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
-          UNION ALL
-          SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM want w JOIN upd USING (k) WHERE w.member),
-d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `)
-INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
-SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
-ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
-RETURNING t.ctid`
-	lcols := "k, member, " + gs("")
-	for i := range c.Args {
-		lcols += ", a" + itoa(i)
-	}
-	lcols += sks("")
-	// An aggregate rebuild's chunk (rebuildAggSQL): derive over a key
-	// range of the source instead of a list of keys, for a chunk that holds
-	// the ledger against pages (no entry locks). Every key read is a
-	// member; keys the source lacks are the sweep's. The update finds the
-	// entries old read by their tuple ids (no second index descent per key;
-	// the chunk's lock keeps them where they are).
-	cd.rebuildAgg.head = `WITH live AS MATERIALIZED (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + liveCols + ` FROM ` + src
-	cd.rebuildAgg.tail = `),
-old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + gs("e.") + as("e.") + ` FROM ` + c.ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
-upd AS (UPDATE ` + c.ledger() + ` e SET ` + setLedger + ` FROM live w
-        WHERE e.ctid = ANY(ARRAY(SELECT at FROM old)) AND e.k = w.k AND e *<> ROW(w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + `)::` + c.ledger() + `
-        RETURNING e.k),
-ins AS (INSERT INTO ` + c.ledger() + ` (` + lcols + `) SELECT w.k, w.member, ` + gs("w.") + as("w.") + sks("w.") + ` FROM live w
-        WHERE NOT EXISTS (SELECT 1 FROM old o WHERE o.k = w.k) ORDER BY w.k COLLATE "C" RETURNING k),
-moves AS (SELECT ` + gs("o.") + `, -1 AS sign` + as("o.") + ` FROM old o JOIN upd USING (k) WHERE o.member
-          UNION ALL
-          SELECT ` + gs("w.") + `, 1` + as("w.") + ` FROM live w WHERE w.k IN (SELECT k FROM upd UNION ALL SELECT k FROM ins)),
-d AS (SELECT ` + gs("") + `, ` + strings.Join(dcols, ", ") + ` FROM moves GROUP BY ` + gs("") + `),
-tg AS (INSERT INTO ` + c.target() + ` AS t (` + gcols + `, ` + strings.Join(insCols, ", ") + `)
-SELECT ` + gs("") + `, ` + strings.Join(insVals, ", ") + ` FROM d ORDER BY ` + gs("") + `
-ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(set, ", ") + `
-RETURNING t.ctid)
-SELECT (SELECT count(*) FROM live), coalesce(array_agg(ctid), '{}') FROM tg`
-	// A fresh chunk writes ledger entries only (the groups step writes
-	// the group rows once, from the ledger). The chunk holds the ledger
-	// against pages, so an entry present is one a page committed: probed
-	// per row (a subplan, never a hash of the growing ledger) and skipped;
-	// a plain insert, because ON CONFLICT's speculative insertion cost
-	// about twice the insert itself.
-	cd.freshHead = `INSERT INTO ` + c.ledger() + ` (` + lcols + `)
-SELECT k, true, ` + gs("") + as("") + sks("") + ` FROM (SELECT ` + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + liveCols + ` FROM ` + src
-	cd.freshTail = `) live
-WHERE (SELECT true FROM ` + c.ledger() + ` e WHERE e.k = live.k) IS NULL ORDER BY k COLLATE "C"`
-	// Every group from its members, as derive's increments would leave it
-	// from nothing (the same dcols with sign 1), recomputed fields included.
-	gcolsAll, gvals := []string{gcols}, []string{gs("")}
-	gcolsAll = append(gcolsAll, insCols...)
-	gvals = append(gvals, insVals...)
-	var raggs []string
-	for _, i := range recompute {
-		gcolsAll = append(gcolsAll, ident(c.Spec.Fields[i].Name))
-		gvals = append(gvals, "__r"+itoa(i))
-		raggs = append(raggs, ", "+recomputeAgg(i, false)+" AS __r"+itoa(i))
-	}
-	groups := `SELECT ` + strings.Join(gvals, ", ") + ` FROM (SELECT ` + gs("") + `, ` + strings.Join(memberCols, ", ") + strings.Join(raggs, "") + `
-  FROM (SELECT ` + gs("") + as("") + sks("") + ` FROM ` + c.ledger() + ` WHERE member) e GROUP BY ` + gs("") + `) d`
-	cd.groupsSQL = `INSERT INTO ` + c.target() + ` (` + strings.Join(gcolsAll, ", ") + `)
-` + groups + `
-ORDER BY ` + gs("")
-	// A rebuild's groups step reconciles instead (the target has every
-	// group already, usually right): rows that differ are rewritten,
-	// missing groups inserted, paused fields left alone, and groups the
-	// ledger has no member for deleted (matched by their key rendering, a
-	// hashable, NULL-safe identity).
-	written := gcolsAll[1:]
-	var rset []string
-	for _, col := range written {
-		rset = append(rset, col+" = excluded."+col)
-	}
-	row := func(alias string) string {
-		return "ROW(" + joinf(len(written), func(i int) string { return alias + "." + written[i] }, ", ") + ")"
-	}
-	cd.reconcileSQL = `INSERT INTO ` + c.target() + ` AS t (` + strings.Join(gcolsAll, ", ") + `)
-` + groups + `
-ON CONFLICT (` + gcols + `) DO UPDATE SET ` + strings.Join(rset, ", ") + ` WHERE record_image_ne(` + row("t") + `, ` + row("excluded") + `)`
-	tk, _ := c.targetIdentity()
-	cd.pruneSQL = `DELETE FROM ` + c.target() + ` AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT ` +
-		joinf(ng, func(i int) string { return "g" + itoa(i) + " AS " + ident(c.Spec.GroupBy[i].Name) }, ", ") + ` FROM ` + c.ledger() +
-		` WHERE member) e WHERE ` + keySQL("e", tk, true) + ` = ` + keySQL("t", tk, true) + `)`
-	cd.deleteEmpty = "DELETE FROM " + c.target() + ` WHERE ctid = ANY($1::tid[]) AND "__members" = 0`
-	cd.ledgerGC = "DELETE FROM " + c.ledger() + " WHERE k = ANY($1::text[]) AND NOT member"
-	if len(recompute) > 0 {
-		var subs, sets, diffs []string
-		for _, i := range recompute {
-			f := c.Spec.Fields[i]
-			name := ident(f.Name)
-			subs = append(subs, recomputeAgg(i, true)+" AS __r"+itoa(i))
-			sets = append(sets, name+" = m.__r"+itoa(i))
-			// Renderings, not =: numeric 1.5 and 1.50 differ.
-			diffs = append(diffs, "t."+name+"::text IS DISTINCT FROM m.__r"+itoa(i)+"::text")
-		}
-		cd.recompute = "UPDATE " + c.target() + " AS t SET " + strings.Join(sets, ", ") +
-			" FROM (SELECT t2.ctid AS __c, " + strings.Join(subs, ", ") + " FROM " + c.target() + " t2 WHERE t2.ctid = ANY($1::tid[])) m" +
-			" WHERE t.ctid = m.__c AND (" + strings.Join(diffs, " OR ") + ")"
-	}
 }
 
 // errLockShort means a concurrent page deleted a ledger entry between our
@@ -500,18 +63,18 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	keys = slices.Clone(keys)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	args, _, bad := keyArgs(keys, cd.c.Key, cd.c.KeyNullable)
+	args, _, bad := model.KeyArgs(keys, cd.C.Key, cd.C.KeyNullable)
 	if len(bad) > 0 {
 		e.log.Warn("undecodable keys skipped", "definition", cd.id, "count", len(bad))
 	}
 	good := args[0].([]string)
 	locked := false
 	for attempt := 0; attempt < 5 && !locked; attempt++ {
-		if _, err := tx.Exec(ctx, cd.lockInsert, good); err != nil {
+		if _, err := tx.Exec(ctx, cd.LockInsert, good); err != nil {
 			return err
 		}
 		var n int
-		if err := tx.QueryRow(ctx, cd.lockSelect, good).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, cd.LockSelect, good).Scan(&n); err != nil {
 			return err
 		}
 		locked = n == len(good)
@@ -520,16 +83,16 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 		return errLockShort
 	}
 	if e.plant.pageHook != nil {
-		e.plant.pageHook("locked " + cd.c.Spec.Target.Name)
+		e.plant.pageHook("locked " + cd.C.Spec.Target.Name)
 	}
-	if !cd.c.Spec.IsAggregate() {
-		_, err := tx.Exec(ctx, cd.derive, args...)
+	if !cd.C.Spec.IsAggregate() {
+		_, err := tx.Exec(ctx, cd.Derive, args...)
 		if err == nil {
-			countRederived(ctx, cd.c.Spec.Target.Name, len(good)) // reported only if the page commits
+			countRederived(ctx, cd.C.Spec.Target.Name, len(good)) // reported only if the page commits
 		}
 		return err
 	}
-	rows, err := tx.Query(ctx, cd.derive, args...)
+	rows, err := tx.Query(ctx, cd.Derive, args...)
 	if err != nil {
 		return err
 	}
@@ -540,8 +103,8 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	if err := tidyGroups(ctx, tx, cd, tids); err != nil {
 		return err
 	}
-	if _, err = tx.Exec(ctx, cd.ledgerGC, good); err == nil {
-		countRederived(ctx, cd.c.Spec.Target.Name, len(good))
+	if _, err = tx.Exec(ctx, cd.LedgerGC, good); err == nil {
+		countRederived(ctx, cd.C.Spec.Target.Name, len(good))
 	}
 	return err
 }
@@ -553,11 +116,11 @@ func tidyGroups(ctx context.Context, tx pgx.Tx, cd *compiledDef, tids []pgtype.T
 	if len(tids) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, cd.deleteEmpty, tids); err != nil {
+	if _, err := tx.Exec(ctx, cd.DeleteEmpty, tids); err != nil {
 		return err
 	}
-	if cd.recompute != "" {
-		if _, err := tx.Exec(ctx, cd.recompute, tids); err != nil {
+	if cd.Recompute != "" {
+		if _, err := tx.Exec(ctx, cd.Recompute, tids); err != nil {
 			return err
 		}
 	}

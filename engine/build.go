@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // buildStep runs one open build task (plan or chunk) of a backfilling
@@ -88,7 +91,7 @@ func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, bui
 		}
 	}
 	tx.Rollback(context.Background())
-	if transient(serr) || errors.Is(serr, errLockShort) || ctx.Err() != nil {
+	if base.Transient(serr) || errors.Is(serr, errLockShort) || ctx.Err() != nil {
 		return false, serr
 	}
 	// Charged: backoff 1 s doubling to 5 min; the fifth attempt pauses (surface §13).
@@ -125,7 +128,6 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	if err != nil {
 		return err
 	}
-	c := cd.c
 	if kind == "sweep" {
 		return e.sweepStep(ctx, tx, taskID, cd, lo, stepEnd)
 	}
@@ -139,45 +141,58 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		return e.indexStep(ctx, tx, taskID, cd)
 	}
 	if kind == "plan" {
-		// One step of the walk per transaction; the task keeps its cursor
-		// (lo) and the rows counted so far (rows_done, while open), so a
-		// lifecycle statement waits for one step, never a whole-table walk,
-		// and a killed worker's successor goes on from the last commit.
-		n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, heap, lo, stepEnd)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			// Chunks to run: an idle worker starts on them while this one
-			// plans on (the sealed channel wakes drain workers only).
-			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("sealed")); err != nil {
-				return err
-			}
-		}
-		if !finished {
-			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
-				e.tbl("_build_tasks")), taskID, next, n)
-			return err
-		}
-		var total int64
-		if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %[1]s t SET state = 'done', rows_done = 0
-			FROM (SELECT coalesce(rows_done, 0) AS before FROM %[1]s WHERE id = $1) o
-			WHERE t.id = $1 RETURNING o.before + $2::bigint`, e.tbl("_build_tasks")), taskID, n).Scan(&total); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET build_rows_estimated = $2 WHERE id = $1 AND build_id = $3",
-			e.tbl("_definitions")), defID, total, build)
+		return e.planStep(ctx, tx, taskID, defID, build, cd, fresh, heap, lo, stepEnd)
+	}
+	return e.chunkStep(ctx, tx, taskID, defID, build, cd, fresh, heap, lo, hi, stepEnd)
+}
+
+// planStep is one step of a build's plan task: one step of the walk per
+// transaction; the task keeps its cursor (lo) and the rows counted so far
+// (rows_done, while open), so a lifecycle statement waits for one step,
+// never a whole-table walk, and a killed worker's successor goes on from
+// the last commit.
+func (e *Engine) planStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo *string, stepEnd time.Time) error {
+	n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, heap, lo, stepEnd)
+	if err != nil {
 		return err
 	}
-	// A chunk: read the range's keys, then lock and re-derive them like a page.
+	if n > 0 {
+		// Chunks to run: an idle worker starts on them while this one
+		// plans on (the sealed channel wakes drain workers only).
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("sealed")); err != nil {
+			return err
+		}
+	}
+	if !finished {
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+			e.tbl("_build_tasks")), taskID, next, n)
+		return err
+	}
+	var total int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %[1]s t SET state = 'done', rows_done = 0
+		FROM (SELECT coalesce(rows_done, 0) AS before FROM %[1]s WHERE id = $1) o
+		WHERE t.id = $1 RETURNING o.before + $2::bigint`, e.tbl("_build_tasks")), taskID, n).Scan(&total); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET build_rows_estimated = $2 WHERE id = $1 AND build_id = $3",
+		e.tbl("_definitions")), defID, total, build)
+	return err
+}
+
+// chunkStep runs one build chunk over the key range (lo, hi]: read the
+// range's keys, then lock and re-derive them like a page, or (fresh, heap
+// and set-based rebuilds) one statement over the range.
+func (e *Engine) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo, hi *string, stepEnd time.Time) error {
+	c := cd.C
+	var err error
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true)"); err != nil {
 		return err
 	}
-	where, args := e.rangeWhere(c, lo, hi, 1)
-	tgtConds, _ := e.rangeConds(c, "t2", lo, hi, 1)
+	where, args := sqlgen.RangeWhere(c, lo, hi, 1)
+	tgtConds, _ := sqlgen.RangeConds(c, "t2", lo, hi, 1)
 	done := int64(-1)
 	if heap {
-		if done, err = e.heapChunk(ctx, tx, cd, build, cd.heapSQL(where), args); err != nil || done < 0 {
+		if done, err = e.heapChunk(ctx, tx, cd, build, cd.HeapSQL(where), args); err != nil || done < 0 {
 			return err // done < 0: the build was sent back to a locked-path rebuild
 		}
 	} else if fresh {
@@ -186,20 +201,20 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		// mark). Cutting fresh chunks to the step budget cost the 1M-row
 		// 1-1 build ~20 % and a 100,000-group build about twice (B8,
 		// 2026-12-01).
-		if done, err = e.setChunk(ctx, tx, cd, build, execRows(ctx, tx, cd.freshSQL(where, tgtConds), args)); err != nil {
+		if done, err = e.setChunk(ctx, tx, cd, build, execRows(ctx, tx, cd.FreshSQL(where, tgtConds), args)); err != nil {
 			return err
 		}
-	} else if !e.plant.lockedRebuilds && (cd.rebuild.live != "" || cd.rebuildAgg.head != "") {
+	} else if !e.plant.lockedRebuilds && cd.SetRebuild() {
 		// A rebuild's chunk, set-based too: the same lock orders it with
 		// the pages that keep applying meanwhile (see setChunk). Keys the
 		// source lacks are the sweep's.
 		stmt := func() (n int64, err error) {
-			if cd.rebuild.live != "" { // 1-1
-				err = tx.QueryRow(ctx, cd.rebuildSQL(where, tgtConds), args...).Scan(&n)
+			if cd.RowRebuild() { // 1-1
+				err = tx.QueryRow(ctx, cd.RebuildSQL(where, tgtConds), args...).Scan(&n)
 				return n, err
 			}
 			var tids []pgtype.TID
-			if err = tx.QueryRow(ctx, cd.rebuildAggSQL(where), args...).Scan(&n, &tids); err != nil {
+			if err = tx.QueryRow(ctx, cd.RebuildAggSQL(where), args...).Scan(&n, &tids); err != nil {
 				return 0, err
 			}
 			return n, tidyGroups(ctx, tx, cd, tids)
@@ -209,33 +224,10 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 		}
 	}
 	if done < 0 {
-		// In key order, so that a step stopped by its budget leaves the
-		// rest of the range, (last applied key, hi], to the next step.
-		q := "SELECT " + keySQL(ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.source() + " AS " + ident(SourceAlias) + where
-		until := stepEnd
-		if c.KeyNullable {
-			until = time.Time{} // no typed cursor: the range is one step (rangeWhere)
-		} else {
-			q += " ORDER BY " + joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
-		}
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
+		var more bool
+		if done, more, err = e.lockedChunk(ctx, tx, taskID, cd, where, args, stepEnd); err != nil || more {
 			return err
 		}
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		n, err := e.applyChunk(ctx, tx, cd, keys, until)
-		if err != nil {
-			return err
-		}
-		if n < len(keys) {
-			_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
-				e.tbl("_build_tasks")), taskID, keys[n-1], n)
-			return err
-		}
-		done = int64(n)
 	}
 	_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = coalesce(rows_done, 0) + $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, done)
 	if err != nil {
@@ -253,175 +245,37 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	return err
 }
 
-// freshChunkRows is the size of a fresh build's chunk: one set-based
-// statement per step, so bigger than a locked-path chunk.
-func (e *Engine) freshChunkRows(c *compiled, heap bool) int {
-	if c.Spec.IsAggregate() && !heap {
-		// Aggregate chunks run one at a time (the other worker waits out
-		// its lock timeout on the ledger): fewer, bigger ones.
-		return 4 * e.cfg.FreshChunkSize
-	}
-	return e.cfg.FreshChunkSize
-}
-
-// rangeWhere renders " WHERE key > lo AND key <= hi" over the source alias,
-// comparing typed key columns as a row; parameters start at $first.
-func (e *Engine) rangeWhere(c *compiled, lo, hi *string, first int) (string, []any) {
-	conds, args := e.rangeConds(c, ident(SourceAlias), lo, hi, first)
-	if len(conds) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
-}
-
-// rangeConds are rangeWhere's conditions over the key columns of alias.
-func (e *Engine) rangeConds(c *compiled, alias string, lo, hi *string, first int) ([]string, []any) {
+// lockedChunk is a chunk's locked path: the range's keys in key order,
+// re-derived slice by slice until the step's budget (until) is spent. more
+// says the step stopped early and recorded its cursor, so that the next
+// step goes on with (last applied key, hi].
+func (e *Engine) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, where string, args []any, stepEnd time.Time) (done int64, more bool, err error) {
+	c := cd.C
+	q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
+	until := stepEnd
 	if c.KeyNullable {
-		return nil, nil // nullable identities (aggregate targets) build in one chunk
+		until = time.Time{} // no typed cursor: the range is one step (sqlgen.RangeWhere)
+	} else {
+		q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 	}
-	var conds []string
-	var args []any
-	cols := joinf(len(c.Key), func(i int) string { return alias + "." + ident(c.Key[i].Name) }, ", ")
-	bound := func(k string, op string) {
-		parts, _ := decodeKey(k, len(c.Key), false)
-		var ps []string
-		for i, p := range parts {
-			args = append(args, *p)
-			ps = append(ps, "$"+itoa(first+len(args)-1)+"::text::"+c.Key[i].Type)
-		}
-		conds = append(conds, "ROW("+cols+") "+op+" ROW("+strings.Join(ps, ", ")+")")
-	}
-	if lo != nil {
-		bound(*lo, ">")
-	}
-	if hi != nil {
-		bound(*hi, "<=")
-	}
-	return conds, args
-}
-
-// planStepRows bounds the source keys one plan step walks.
-const planStepRows = 100_000
-
-// plan walks the source key after lo and records chunk tasks (lo, hi], at
-// most planStepRows keys' worth; finished, it stopped at the current
-// maximum (later rows are captured), else next is where the following step
-// goes on. It returns the rows it planned.
-func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh, heap bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
-	c := cd.c
-	size := e.cfg.BuildChunkSize
-	if fresh {
-		size = e.freshChunkRows(c, heap)
-	}
-	ins := fmt.Sprintf("INSERT INTO %s (definition_id, build_id, kind, lo, hi) VALUES ($1, $2, 'chunk', $3, $4)", e.tbl("_build_tasks"))
-	if c.KeyNullable {
-		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+c.source()).Scan(&n); err != nil {
-			return 0, nil, false, err
-		}
-		_, err := tx.Exec(ctx, ins, cd.id, build, nil, nil)
-		return n, nil, err == nil, err
-	}
-	stepRows := planStepRows
-	if e.plant.planStepRows > 0 {
-		stepRows = e.plant.planStepRows
-	}
-	steps := max(1, stepRows/size)
-	var total int64
-	if fresh && lo == nil && len(c.Key) == 1 && e.plant.planStepRows == 0 {
-		var err error
-		if total, lo, err = e.planFromHistogram(ctx, tx, cd, build, size); err != nil {
-			return 0, nil, false, err
-		}
-	}
-	order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
-	orderW := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) + " DESC" }, ", ")
-	from := " FROM " + c.source() + " AS " + ident(SourceAlias)
-	key := keySQL(ident(SourceAlias), c.Key, false)
-	for step := 0; ; step++ {
-		// Bounded by keys and by the step budget (each chunk boundary is
-		// an index walk of a chunk's keys), at least one chunk a step.
-		if step == steps || (step > 0 && time.Now().After(until)) {
-			return total, lo, false, nil
-		}
-		// The key size rows on: one walk of the key's index, nothing kept.
-		where, args := e.rangeWhere(c, lo, nil, 2)
-		var hi *string
-		err := tx.QueryRow(ctx, "SELECT "+key+from+where+" ORDER BY "+order+" OFFSET $1 LIMIT 1",
-			append([]any{size - 1}, args...)...).Scan(&hi)
-		if err == nil {
-			if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
-				return 0, nil, false, err
-			}
-			total += int64(size)
-			lo = hi
-			continue
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, nil, false, err
-		}
-		// Fewer than size rows left: the last chunk ends at the current
-		// maximum (rows inserted later are captured).
-		where, args = e.rangeWhere(c, lo, nil, 1)
-		var n int64
-		err = tx.QueryRow(ctx, "SELECT (SELECT "+key+from+where+" ORDER BY "+orderW+" LIMIT 1), (SELECT count(*)"+from+where+")", args...).Scan(&hi, &n)
-		if err != nil {
-			return 0, nil, false, err
-		}
-		if n > 0 {
-			if _, err := tx.Exec(ctx, ins, cd.id, build, lo, hi); err != nil {
-				return 0, nil, false, err
-			}
-		}
-		return total + n, nil, true, nil
-	}
-}
-
-// planFromHistogram records the first chunks of a fresh build from the
-// key column's histogram (pg_stats, from the source's last ANALYZE) instead
-// of walking the key's index for every boundary: every k-th bound, so that
-// a chunk holds about size rows. It returns the rows planned (estimated)
-// and the last bound, where the walk goes on: keys past it (the table grew
-// since its ANALYZE, or the sample missed the top) are planned by walking.
-// Stale statistics only make chunks uneven; the ranges still cover every
-// key. Nothing is planned without a histogram, or when its buckets are
-// bigger than a chunk.
-func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, size int) (int64, *string, error) {
-	c := cd.c
-	k := c.Key[0]
-	// Every bound, rendered as a key (a histogram has at most 10,001).
-	var reltuples float64
-	var all []string
-	err := tx.QueryRow(ctx, `SELECT greatest(cl.reltuples, 0)::float8,
-		  coalesce((SELECT array_agg(`+keySQL("h", c.Key, false)+` ORDER BY h.i)
-		    FROM unnest(st.histogram_bounds::text::`+k.Type+`[]) WITH ORDINALITY AS h(`+ident(k.Name)+`, i)), '{}')
-		FROM pg_catalog.pg_class cl JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace
-		LEFT JOIN pg_catalog.pg_stats st ON st.schemaname = n.nspname AND st.tablename = cl.relname AND st.attname = $2 AND NOT st.inherited
-		WHERE cl.oid = to_regclass($1)`, c.source(), k.Name).Scan(&reltuples, &all)
-	if errors.Is(err, pgx.ErrNoRows) || len(all) < 2 {
-		return 0, nil, nil
-	}
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return 0, nil, err
+		return 0, false, err
 	}
-	perBucket := reltuples / float64(len(all)-1)
-	if perBucket < 1 || perBucket > float64(size) {
-		return 0, nil, nil
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, false, err
 	}
-	every := max(1, int(float64(size)/perBucket))
-	var bounds []string
-	for i := every; i <= len(all); i += every { // 1-based, as the ordinality was
-		bounds = append(bounds, all[i-1])
+	n, err := e.applyChunk(ctx, tx, cd, keys, until)
+	if err != nil {
+		return 0, false, err
 	}
-	if len(bounds) == 0 {
-		return 0, nil, nil
+	if n < len(keys) {
+		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2, rows_done = coalesce(rows_done, 0) + $3 WHERE id = $1",
+			e.tbl("_build_tasks")), taskID, keys[n-1], n)
+		return 0, true, err
 	}
-	// The first chunk starts before the smallest key: (NULL, b1].
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind, lo, hi)
-		SELECT $1, $2, 'chunk', lag(b) OVER (ORDER BY i), b FROM unnest($3::text[]) WITH ORDINALITY AS u(b, i)`,
-		e.tbl("_build_tasks")), cd.id, build, bounds); err != nil {
-		return 0, nil, err
-	}
-	return int64(float64(len(bounds)*every) * perBucket), &bounds[len(bounds)-1], nil
+	return int64(n), false, nil
 }
 
 // refreshStep rewrites the aggregate fields a field resume released
@@ -437,12 +291,12 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 	}
 	var todo []string
 	for _, c := range cols {
-		if !cd.paused[c] {
+		if !cd.Paused[c] {
 			todo = append(todo, c)
 		}
 	}
-	if q := cd.refreshSQL(todo); q != "" {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN SHARE MODE"); err != nil {
+	if q := cd.RefreshSQL(todo); q != "" {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.C.Ledger()+" IN SHARE MODE"); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, q); err != nil {
@@ -479,12 +333,12 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 // failed on the data (an expression error, a row edited into the target by
 // hand): the chunk then takes the locked path, which isolates the keys.
 func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, freshBuild int64, stmt func() (int64, error)) (int64, error) {
-	agg := cd.c.Spec.IsAggregate()
+	agg := cd.C.Spec.IsAggregate()
 	mode := "SHARE"
 	if agg {
 		mode = "SHARE ROW EXCLUSIVE"
 	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.c.ledger()+" IN "+mode+" MODE"); err != nil {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+cd.C.Ledger()+" IN "+mode+" MODE"); err != nil {
 		return 0, err
 	}
 	if agg && freshBuild != 0 {
@@ -570,11 +424,11 @@ func underSavepoint(ctx context.Context, tx pgx.Tx, stmt func() (int64, error)) 
 // Reconciling touches only groups that differ and leaves paused fields as
 // they are; it also removes group rows edited into the target by hand.
 func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh, heap bool) error {
-	c := cd.c
+	c := cd.C
 	// A heap build's ledger has no writer left but its index task, whose
 	// SHARE lock a read shares: the two run side by side.
 	if !heap {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+c.ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+c.Ledger()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 			return err
 		}
 	}
@@ -591,12 +445,12 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true), set_config('work_mem', '64MB', true)"); err != nil {
 		return err
 	}
-	stmts := []string{"DELETE FROM " + c.target(), cd.groupsSQL}
+	stmts := []string{"DELETE FROM " + c.Target(), cd.GroupsSQL}
 	if heap {
 		stmts = stmts[1:] // no page wrote the target
 	}
 	if !fresh {
-		stmts = []string{cd.reconcileSQL, cd.pruneSQL}
+		stmts = []string{cd.ReconcileSQL, cd.PruneSQL}
 	}
 	for _, q := range stmts {
 		tag, err := tx.Exec(ctx, q)
@@ -626,111 +480,11 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 // already saw re-derives to the same entry: no difference, nothing moves.
 // A truncate of the source during the build is deferred whole and rebuilds.
 
-// startHeapBuild decides, inside startBuild's transaction, whether the
-// fresh build of aggregate c becomes a heap build, and if so drops its
-// (empty) ledger's key index. Not when an earlier heap build of it met rows
-// that fail (classic, its status_detail's classic_build: the locked path
-// isolates them), nor while a
-// live process runs an older catalog format (its pages would write the
-// ledger), nor when the ledger's lock is not granted at once.
-func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, classic bool) (bool, error) {
-	if classic || e.plant.classicBuilds {
-		return false, nil
-	}
-	var older bool
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE format < $1 AND last_seen > now() - $2::interval)`,
-		e.tbl("_workers")), formatVersion, fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds())).Scan(&older); err != nil || older {
-		return false, err
-	}
-	index, constraint, err := ledgerKeyIndex(ctx, tx, c)
-	if err != nil || index == nil {
-		return err == nil, err
-	}
-	drop := "DROP INDEX " + *index // schema-qualified and quoted by regclass
-	if constraint != nil {
-		drop = "ALTER TABLE " + c.ledger() + " DROP CONSTRAINT " + ident(*constraint)
-	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_heap"); err != nil {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, drop); err != nil {
-		if !isLockTimeout(err) {
-			return false, err
-		}
-		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_heap")
-		return false, err
-	}
-	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_heap; SET LOCAL lock_timeout = DEFAULT")
-	return err == nil, err
-}
-
-// ledgerKeyIndex finds the unique index on an aggregate ledger's key k (the
-// primary key it is created with, or the index a heap build's index task
-// built) and the constraint it backs, if any.
-func ledgerKeyIndex(ctx context.Context, q Querier, c *compiled) (index, constraint *string, err error) {
-	err = q.QueryRow(ctx, `SELECT i.indexrelid::regclass::text, con.conname::text
-		FROM pg_catalog.pg_index i
-		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attname = 'k'
-		LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
-		WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indnatts = 1 AND i.indkey[0] = a.attnum
-		  AND i.indpred IS NULL AND i.indexprs IS NULL
-		LIMIT 1`, c.ledger()).Scan(&index, &constraint)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, nil
-	}
-	return index, constraint, err
-}
-
 // taskDone closes a build task that keeps no count of rows (groups, index,
 // refresh, a finished sweep).
 func (e *Engine) taskDone(ctx context.Context, tx pgx.Tx, taskID int64) error {
 	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
-}
-
-// indexStep is a heap build's index task: the ledger's key index, built
-// once and sorted after the chunks, beside the groups task (both only
-// read the ledger), before the build goes live and pages come back.
-func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
-	if err := e.ensureLedgerKey(ctx, tx, cd.c); err != nil {
-		return err
-	}
-	return e.taskDone(ctx, tx, taskID)
-}
-
-// ensureLedgerKey gives an aggregate ledger its key index back when a heap
-// build dropped it: in the heap build's index task, or when a build that
-// follows an interrupted heap build starts (its pages and locked-path
-// chunks lock entries through the index).
-func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) error {
-	if index, _, err := ledgerKeyIndex(ctx, tx, c); err != nil || index != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL maintenance_work_mem = '256MB'"); err != nil {
-		return err
-	}
-	// A plain unique index (SHARE lock): a groups task reading the ledger
-	// meanwhile is not held up, as ADD PRIMARY KEY's exclusive lock would.
-	_, err := tx.Exec(ctx, "CREATE UNIQUE INDEX ON "+c.ledger()+" (k)")
-	return err
-}
-
-// heapChunk writes a heap build's chunk: the range's ledger entries, in one
-// statement, with no lock beyond the insert's own (chunks run in
-// parallel). Rows that fail send the build back, in this transaction, to a
-// rebuild on the locked path, which isolates them (done = -1); the entries
-// other chunks committed stay and are re-derived by it.
-func (e *Engine) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
-	n, failed, err := underSavepoint(ctx, tx, execRows(ctx, tx, q, args))
-	if failed == nil {
-		return n, err
-	}
-	e.log.Info("heap build chunk failed; rebuilding on the locked path", "definition", cd.id, "err", failed)
-	_, err = e.restartBuild(ctx, tx, cd.id, build, []string{"fresh_build", "heap_build"}, `{"classic_build": true}`, "")
-	return -1, err
 }
 
 // restartBuild sends build of definition id back to waiting_to_backfill
@@ -756,10 +510,4 @@ func (e *Engine) restartBuild(ctx context.Context, tx pgx.Tx, id, build int64, d
 	}
 	_, err = tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake"))
 	return err == nil, err
-}
-
-// heapBuilding is the SQL condition that definition row alias is in a heap
-// build: its pages are deferred until it is live.
-func heapBuilding(alias string) string {
-	return "coalesce(" + alias + ".status = 'backfilling' AND " + alias + ".status_detail ->> 'heap_build' = " + alias + ".build_id::text, false)"
 }

@@ -2,200 +2,36 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
-// captureVersion changes whenever the generated capture code changes, so
-// the staging worker replaces stale bodies.
-const captureVersion = "8"
+// capturePlan is a table's capture as sqlgen renders it.
+type capturePlan = sqlgen.CapturePlan
 
-var captureEvents = []string{"insert", "update", "delete", "truncate"}
-
-// capturePlan is everything needed to install capture on one table.
-type capturePlan struct {
-	table    string // canonical name, valid SQL
-	key      []keyCol
-	nullable bool
-	hash     string
-	// keyTypes are the OIDs of the key columns' types, resolved by
-	// installCapture: the guard compares OIDs, since a type name cast in
-	// the function would raise 42704 in the writer once the type is renamed.
-	keyTypes []uint32
-}
-
-func (e *Engine) newCapturePlan(table string, key []keyCol, nullable bool) *capturePlan {
-	h := sha256.New()
-	kj, _ := json.Marshal(key)
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%t\x00%s", captureVersion, e.cfg.Schema, e.workerRole(), table, nullable, kj)
-	return &capturePlan{table: table, key: key, nullable: nullable, hash: hex.EncodeToString(h.Sum(nil))[:32]}
-}
-
-func (p *capturePlan) keyTypeNames() []string {
-	out := make([]string, len(p.key))
-	for i, k := range p.key {
-		out[i] = k.Type
-	}
-	return out
-}
-
-func (e *Engine) tableTag(table string) string {
-	h := sha256.Sum256([]byte(e.cfg.Schema + "\x00" + table))
-	return hex.EncodeToString(h[:8])
-}
-
-func (e *Engine) capFunc(table, event string) string {
-	return e.tbl("_cap_" + event + "_" + e.tableTag(table))
-}
-
-// triggerName is <schema>_capture_<event> (§12.3), so two instances can
-// capture one table.
-func (e *Engine) triggerName(event string) string {
-	n := e.cfg.Schema + "_capture_" + event
-	if len(n) > 63 {
-		h := sha256.Sum256([]byte(e.cfg.Schema))
-		n = "t" + hex.EncodeToString(h[:6]) + "_capture_" + event
-	}
-	return n
-}
-
-// outputPins are the settings a key's text rendering can depend on, pinned
-// to the engine's session values (workerSettings) so a key reads the same
-// whatever the writing session set.
-var outputPins = []struct{ name, value string }{
-	{"datestyle", "'ISO, YMD'"}, {"timezone", "'UTC'"}, {"intervalstyle", "'postgres'"},
-	{"bytea_output", "'hex'"}, {"extra_float_digits", "1"},
-}
-
-// pinsByType lists, for built-in key types, the output settings their text
-// output reads; a type not listed (domains, enums, ranges, arrays,
-// composites, extension types) gets every pin. Each SET clause is a GUC set
-// and restore on every call of the capture function (the five cost about a
-// fifth of a single-row INSERT's own work), so a bigint, text or uuid key
-// pays none.
-var pinsByType = map[uint32][]string{
-	16: nil, 18: nil, 19: nil, 20: nil, 21: nil, 23: nil, 25: nil, 26: nil, // bool "char" name int8 int2 int4 text oid
-	1042: nil, 1043: nil, 1700: nil, 2950: nil, // bpchar varchar numeric uuid
-	650: nil, 869: nil, 829: nil, 774: nil, 1560: nil, 1562: nil, // cidr inet macaddr macaddr8 bit varbit
-	700: {"extra_float_digits"}, 701: {"extra_float_digits"}, // float4 float8
-	1082: {"datestyle"}, 1083: {"datestyle"}, 1114: {"datestyle"}, 1266: {"datestyle"}, // date time timestamp timetz
-	1184: {"datestyle", "timezone"}, // timestamptz
-	1186: {"intervalstyle"},         // interval
-	17:   {"bytea_output"},          // bytea
-}
-
-// setClauses renders the capture function's SET clauses: search_path
-// always (SECURITY DEFINER), and the output pins the key types need.
-func (p *capturePlan) setClauses(event string) string {
-	need := map[string]bool{}
-	if event != "truncate" { // a truncate renders no key
-		for _, oid := range p.keyTypes {
-			pins, known := pinsByType[oid]
-			if !known {
-				for _, o := range outputPins {
-					need[o.name] = true
-				}
-			}
-			for _, n := range pins {
-				need[n] = true
-			}
-		}
-	}
-	s := "SET search_path = pg_catalog, pg_temp"
-	for _, o := range outputPins {
-		if need[o.name] {
-			s += " SET " + o.name + " = " + o.value
-		}
-	}
-	return s
-}
-
-// captureDDL renders the functions and triggers of a table's capture.
-func (e *Engine) captureDDL(p *capturePlan) []string {
-	tag := "$cap_" + e.tableTag(p.table) + "$"
-	head := func(event string) string {
-		return "CREATE OR REPLACE FUNCTION " + e.capFunc(p.table, event) + `() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER ` + p.setClauses(event) + `
-AS ` + tag + `
-#variable_conflict use_variable
-DECLARE v_origin pg_lsn; v_hop smallint := 0; v_s text; v_ok boolean; v_n bigint; v_at timestamptz;
-BEGIN
-` + e.captureGuard(p, event) + `
-  -- Inherit origin and hop only when a Trellis drain is the writer (chains).
-  -- An application's writer evaluates one condition here, not a setting
-  -- (each PL/pgSQL expression costs a snapshot in a volatile function).
-  IF session_user = ` + lit(e.workerRole()) + ` AND coalesce(current_setting('trellis.origin', true), '') <> '' THEN
-    v_s := current_setting('trellis.origin', true);
-    v_origin := CASE v_s WHEN 'unknown' THEN NULL ELSE v_s::pg_lsn END;
-    v_hop := coalesce(nullif(current_setting('trellis.hop', true), '')::smallint, 0);
-    -- The chain's original write (epoch seconds), for its end-to-end latency.
-    v_at := to_timestamp(nullif(current_setting('trellis.origin_at', true), '')::float8);
-  ELSE
-    v_origin := pg_current_wal_insert_lsn();
-  END IF;
-`
-	}
-	tail := "  RETURN NULL;\nEND " + tag
-	log := e.tbl("_change_log")
-	key := keySQL("x", p.key, p.nullable)
-	tl := lit(p.table)
-	// One log row per statement: its changed keys in one array (an empty
-	// statement writes nothing, array_agg of no rows being NULL).
-	one := func(event, rel string) string {
-		return head(event) + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop, origin_at)\n  SELECT " + tl + ", a.k, '" + event +
-			"', v_origin, v_hop, v_at FROM (SELECT array_agg(" + key + ") AS k FROM " + rel + " x) a WHERE a.k IS NOT NULL;\n" + tail
-	}
-	fn := map[string]string{
-		"insert": one("insert", "trellis_new"),
-		"delete": one("delete", "trellis_old"),
-		"update": head("update") + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop, origin_at)\n  SELECT " + tl +
-			`, a.k, 'update', v_origin, v_hop, v_at
-  FROM (SELECT array_agg(coalesce(n.k, d.k)) AS k
-        FROM      (SELECT ` + key + ` AS k, x AS r FROM trellis_new x) n
-        FULL JOIN (SELECT ` + key + ` AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
-        WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r) a   -- no-op filter: binary row images
-  WHERE a.k IS NOT NULL;
-` + tail,
-		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop, origin_at)\n  VALUES (" + tl +
-			", NULL, 'truncate', v_origin, v_hop, v_at);\n" + e.truncateRecord(p) + tail,
-	}
-	var out []string
-	for _, ev := range captureEvents {
-		out = append(out, fn[ev], "REVOKE ALL ON FUNCTION "+e.capFunc(p.table, ev)+"() FROM PUBLIC")
-		trg := ident(e.triggerName(ev))
-		var ref string
-		switch ev {
-		case "insert":
-			ref = " REFERENCING NEW TABLE AS trellis_new"
-		case "update":
-			ref = " REFERENCING OLD TABLE AS trellis_old NEW TABLE AS trellis_new"
-		case "delete":
-			ref = " REFERENCING OLD TABLE AS trellis_old"
-		}
-		out = append(out, "CREATE OR REPLACE TRIGGER "+trg+" AFTER "+strings.ToUpper(ev)+" ON "+p.table+ref+
-			" FOR EACH STATEMENT EXECUTE FUNCTION "+e.capFunc(p.table, ev)+"()",
-			"ALTER TABLE "+p.table+" ENABLE ALWAYS TRIGGER "+trg)
-	}
-	return out
+// inst names this instance for sqlgen: its catalog schema and, once
+// resolved, the workers' role.
+func (e *Engine) inst() sqlgen.Instance {
+	return sqlgen.Instance{Schema: e.cfg.Schema, Worker: e.workerRole()}
 }
 
 // captureHealthy reports whether the table carries our current capture.
 func (e *Engine) captureHealthy(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	var ok bool
 	err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s ct
 		WHERE ct.table_name = $1 AND ct.function_hash = $2 AND ct.table_oid = to_regclass($1)::oid)
 		AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($3) AND tgenabled = 'A') = 4`,
-		e.tbl("_captured_tables")), p.table, p.hash, names).Scan(&ok)
+		e.tbl("_captured_tables")), p.Table, p.Hash, names).Scan(&ok)
 	return ok, err
 }
 
@@ -212,11 +48,11 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 		return false, err
 	}
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", p.table).Scan(&exists); err != nil || !exists {
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", p.Table).Scan(&exists); err != nil || !exists {
 		return false, err
 	}
 	// Waits out open writers, or fails fast: writers wait at most one attempt.
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+p.table+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+p.Table+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		if isLockTimeout(err) {
 			return false, nil
 		}
@@ -226,43 +62,43 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 	// the lock, before the reinstall below erases it, and the readers are
 	// sent to rebuild in the same transaction: writes made while capture was
 	// off are repaired whatever the pass that asked for this install saw.
-	tampered, err := e.captureTampered(ctx, tx, p.table)
+	tampered, err := e.captureTampered(ctx, tx, p.Table)
 	if err != nil {
 		return false, err
 	}
 	if tampered {
-		if _, err := e.requestRebuild(ctx, tx, p.table, "capture on "+p.table+" was disabled, dropped or replaced; reinstalled"); err != nil {
+		if _, err := e.requestRebuild(ctx, tx, p.Table, "capture on "+p.Table+" was disabled, dropped or replaced; reinstalled"); err != nil {
 			return false, err
 		}
-		e.log.Warn("capture repaired; readers rebuild", "table", p.table)
+		e.log.Warn("capture repaired; readers rebuild", "table", p.Table)
 	}
 	if err := tx.QueryRow(ctx, `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
-		p.keyTypeNames()).Scan(&p.keyTypes); err != nil {
+		p.KeyTypeNames()).Scan(&p.KeyTypes); err != nil {
 		return false, err
 	}
-	for i, oid := range p.keyTypes {
+	for i, oid := range p.KeyTypes {
 		if oid == 0 {
-			return false, fmt.Errorf("installing capture on %s: key type %s does not resolve", p.table, p.key[i].Type)
+			return false, fmt.Errorf("installing capture on %s: key type %s does not resolve", p.Table, p.Key[i].Type)
 		}
 	}
-	for _, s := range e.captureDDL(p) {
+	for _, s := range e.inst().CaptureDDL(p) {
 		if _, err := tx.Exec(ctx, s); err != nil {
-			return false, fmt.Errorf("installing capture on %s: %w", p.table, err)
+			return false, fmt.Errorf("installing capture on %s: %w", p.Table, err)
 		}
 	}
-	kj, _ := json.Marshal(p.key)
+	kj, _ := json.Marshal(p.Key)
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (table_name, table_oid, key_columns, key_nullable, enable_mode, function_hash, installed_at)
 		VALUES ($1, to_regclass($1)::oid, $2, $3, 'A', $4, now())
 		ON CONFLICT (table_name) DO UPDATE SET table_oid = excluded.table_oid, key_columns = excluded.key_columns,
 		  key_nullable = excluded.key_nullable, function_hash = excluded.function_hash, installed_at = now()`,
-		e.tbl("_captured_tables")), p.table, kj, p.nullable, p.hash); err != nil {
+		e.tbl("_captured_tables")), p.Table, kj, p.Nullable, p.Hash); err != nil {
 		return false, err
 	}
-	if err := e.recordInstall(ctx, tx, p.table); err != nil {
+	if err := e.recordInstall(ctx, tx, p.Table); err != nil {
 		return false, err
 	}
 	// The wait, if one was shown, ends with the install's commit.
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE table_name = $1`, e.tbl("_capture_waits")), p.table); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE table_name = $1`, e.tbl("_capture_waits")), p.Table); err != nil {
 		return false, err
 	}
 	return true, tx.Commit(ctx)
@@ -318,8 +154,8 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 		return err
 	}
 	if exists {
-		for _, ev := range captureEvents {
-			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+ident(e.triggerName(ev))+" ON "+table); err != nil {
+		for _, ev := range sqlgen.CaptureEvents {
+			if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS "+base.Ident(e.inst().TriggerName(ev))+" ON "+table); err != nil {
 				if isLockTimeout(err) {
 					return nil
 				}
@@ -327,8 +163,8 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 			}
 		}
 	}
-	for _, ev := range captureEvents {
-		if _, err := tx.Exec(ctx, "DROP FUNCTION IF EXISTS "+e.capFunc(table, ev)+"()"); err != nil {
+	for _, ev := range sqlgen.CaptureEvents {
+		if _, err := tx.Exec(ctx, "DROP FUNCTION IF EXISTS "+e.inst().CapFunc(table, ev)+"()"); err != nil {
 			return err
 		}
 	}
@@ -341,7 +177,76 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 }
 
 func isLockTimeout(err error) bool {
-	return codeOf(err) == "55P03"
+	return base.Code(err) == "55P03"
 }
 
 var _ = time.Second
+
+// ensureCapture makes every table defs read carry current capture,
+// installing (or repairing) it for about a second per pass; captured says
+// which tables do. steady is false when any did not.
+func (e *Engine) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defRow) (captured map[string]bool, steady bool, err error) {
+	steady = true
+	captured = map[string]bool{}
+	plans := map[string]*capturePlan{}
+	for _, d := range defs {
+		for _, r := range d.reads {
+			if _, ok := plans[r.table]; !ok {
+				plans[r.table] = e.inst().NewCapturePlan(r.table, d.c.Key, d.c.KeyNullable)
+			}
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for t, p := range plans {
+		ok, err := e.captureCurrent(ctx, conn, p)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			steady = false
+		}
+		if !ok && time.Now().Before(deadline) {
+			// A tampered capture is repaired inside installCapture, under
+			// the table lock (the readers rebuild in the same transaction).
+			ok, err = e.installCapture(ctx, conn, p)
+			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
+			if err == nil && !ok {
+				// Its lock is held: shown as status.capture_wait until it commits.
+				err = e.recordCaptureWait(ctx, conn, t)
+			}
+			if err != nil {
+				e.log.Warn("capture install failed", "table", t, "err", err)
+				if conn.IsClosed() {
+					return nil, false, err
+				}
+				continue
+			}
+		}
+		captured[t] = ok
+	}
+	return captured, steady, nil
+}
+
+// uninstallUnread removes capture from tables no definition reads any more;
+// acted says there was one.
+func (e *Engine) uninstallUnread(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT table_name FROM %s ct WHERE NOT EXISTS
+		(SELECT 1 FROM %s r WHERE r.table_name = ct.table_name)`, e.tbl("_captured_tables"), e.tbl("_definition_reads")))
+	if err != nil {
+		return true, err
+	}
+	unread, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return true, err
+	}
+	for _, t := range unread {
+		acted = true
+		if err := e.uninstallCapture(ctx, conn, t); err != nil {
+			e.log.Warn("capture uninstall failed", "table", t, "err", err)
+			if conn.IsClosed() {
+				return true, err
+			}
+		}
+	}
+	return acted, nil
+}

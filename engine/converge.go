@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -40,7 +41,7 @@ func (e *Engine) ConvergedAs(ctx context.Context, token, viewer string) (bool, e
 		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND ($2::name IS NULL OR $2::name IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.tbl("_batches"))
 	}
 	err := e.pool.QueryRow(ctx, q, token, v).Scan(&ok)
-	if codeOf(err) == "22P02" {
+	if base.Code(err) == "22P02" {
 		return false, pgerr.Newf(pgerr.InvalidParameterValue, "malformed watermark token %q", token).WithClass("validation", "BadToken")
 	}
 	return ok, err
@@ -192,7 +193,7 @@ func (e *Engine) AwaitLive(ctx context.Context, target TableName, timeout time.D
 			return err
 		}
 		if s == nil {
-			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target.display()).WithClass("not_found", "TransformNotFound")
+			return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target.Display()).WithClass("not_found", "TransformNotFound")
 		}
 		if s.Status == "live" {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -114,7 +115,7 @@ func operands(t *formulaTrees, n formulaNode) []formulaNode {
 // generated column would need the type spelled out), so any other outcome
 // means the expression itself is immutable.
 func probeMutable(ctx context.Context, q Querier, sql string) (bool, error) {
-	expr := strings.ReplaceAll(sql, ident(SourceAlias)+".", "")
+	expr := strings.ReplaceAll(sql, base.Ident(SourceAlias)+".", "")
 	if _, err := q.Exec(ctx, "SAVEPOINT trellis_formula_probe_one"); err != nil {
 		return false, err
 	}

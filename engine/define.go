@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -37,7 +40,7 @@ const typeNameSQL = `SELECT CASE WHEN t.typnamespace = 'pg_catalog'::regnamespac
 // waiting_to_backfill and wakes the staging worker at commit. Background work
 // starts only once the transaction commits; a rollback undoes everything.
 func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, err error) {
-	if err := spec.check(e.cfg.TargetSchema); err != nil {
+	if err := spec.Check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
 	// All or nothing even on an autocommit handle: a definition row seen
@@ -50,39 +53,14 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	defer func() { err = done(err) }()
 	c := &compiled{Spec: spec}
 	var workerRole string
-	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._instance_worker_role()", ident(e.cfg.Schema))).Scan(&workerRole); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._instance_worker_role()", base.Ident(e.cfg.Schema))).Scan(&workerRole); err != nil {
 		return nil, fmt.Errorf("reading the Trellis instance marker in %q (was Migrate run?): %w", e.cfg.Schema, err)
 	}
 
 	// The source: a plain, logged, non-partitioned table with a key.
-	var srcOID uint32
-	var relkind, persistence string
-	var partition, inherits bool
-	err = q.QueryRow(ctx, `
-		SELECT c.oid, c.relkind::text, c.relpersistence::text, c.relispartition,
-		       EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid OR inhparent = c.oid),
-		       format('%I.%I', n.nspname, c.relname)
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, spec.Source.Schema, spec.Source.Name).
-		Scan(&srcOID, &relkind, &persistence, &partition, &inherits, &c.SourceText)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, pgerr.Newf(pgerr.UndefinedTable, "source table %s does not exist", spec.Source).
-			WithClass("not_found", "SourceTableNotFound")
-	}
+	srcOID, err := sourceTable(ctx, q, spec, c)
 	if err != nil {
 		return nil, err
-	}
-	if relkind == "p" || partition || inherits || persistence != "p" || relkind != "r" {
-		what := map[bool]string{true: "a partitioned table, a partition or part of an inheritance hierarchy"}[relkind == "p" || partition || inherits]
-		if what == "" {
-			if relkind != "r" {
-				what = "not a plain table"
-			} else {
-				what = "unlogged or temporary"
-			}
-		}
-		return nil, pgerr.Newf(pgerr.FeatureNotSupported, "source %s is %s; statement triggers cannot capture its changes", c.SourceText, what).
-			WithClass("validation", "SourceNotChangeKeyed")
 	}
 
 	var upstream *compiled
@@ -106,28 +84,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		}
 	}
 
-	// A target in a temporary schema would vanish with the defining session
-	// and leave a definition nothing can build (D21).
-	if sch := spec.Target.Schema; sch == "pg_temp" || strings.HasPrefix(sch, "pg_temp_") || strings.HasPrefix(sch, "pg_toast_temp_") {
-		return nil, pgerr.Newf("3F000", "target %s is in a temporary schema", spec.Target).
-			WithHint("name a target in a permanent schema, e.g. %s", pgx.Identifier{e.cfg.TargetSchema, spec.Target.Name}.Sanitize()).
-			WithClass("validation", "TemporaryTarget")
-	}
-
-	// The target and its ledger must not exist.
-	var taken string
-	err = q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname IN ($2, $3) LIMIT 1`,
-		spec.Target.Schema, spec.Target.Name, spec.Target.Name+ledgerSuffix).Scan(&taken)
-	if err == nil {
-		variant := "TargetTableExists"
-		if taken != spec.Target.Name {
-			variant = "TargetTableSuffixCollision"
-		}
-		return nil, pgerr.Newf(pgerr.DuplicateTable, "relation %s already exists", pgx.Identifier{spec.Target.Schema, taken}.Sanitize()).
-			WithClass("conflict", variant).WithHint("choose another target name, or DROP TRANSFORM the existing one")
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	if err := e.targetFree(ctx, q, spec); err != nil {
 		return nil, err
 	}
 
@@ -135,9 +92,9 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 
-	tshape, lshape := c.shapes()
+	tshape, lshape := c.Shapes()
 	for _, sh := range []*tableShape{tshape, lshape} {
-		if err := sh.resolve(ctx, q); err != nil {
+		if err := resolveShape(ctx, q, sh); err != nil {
 			return nil, err
 		}
 	}
@@ -148,25 +105,25 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if err != nil {
 		return nil, err
 	}
-	d = &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.kind()}
+	d = &Defined{TargetTable: c.TargetText, SourceTable: c.SourceText, Status: "waiting_to_backfill", Version: 1, Kind: spec.Kind()}
 	role := "source"
 	if upstream != nil {
 		role = "upstream_target"
 	}
-	cols, _ := json.Marshal(spec.reads())
+	cols, _ := json.Marshal(spec.Reads())
 	// The catalog rows and the tables (owned by the workers' role, D20) are
 	// written by a SECURITY DEFINER function that re-checks privileges for
 	// the acting role (D9).
 	ts, _ := json.Marshal(tshape)
 	ls, _ := json.Marshal(lshape)
 	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1, $2, $3, $4, $5, $6, $7::oid, $8, $9, $10, $11)`,
-		ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
+		base.Ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.Kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
 	if err != nil {
 		return nil, err
 	}
 	// Fields reading a field paused upstream are born paused (grammar §4.1).
 	if upstream != nil {
-		if _, err := q.Exec(ctx, fmt.Sprintf("SELECT %s._pause_inherit(current_user::regrole, $1)", ident(e.cfg.Schema)), d.ID); err != nil {
+		if _, err := q.Exec(ctx, fmt.Sprintf("SELECT %s._pause_inherit(current_user::regrole, $1)", base.Ident(e.cfg.Schema)), d.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -175,6 +132,72 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 	return d, nil
+}
+
+// sourceTable resolves spec's source, which must be a plain, logged,
+// non-partitioned table (statement triggers capture nothing else), and
+// sets c.SourceText to its canonical name.
+func sourceTable(ctx context.Context, q Querier, spec Spec, c *compiled) (uint32, error) {
+	var srcOID uint32
+	var relkind, persistence string
+	var partition, inherits bool
+	err := q.QueryRow(ctx, `
+		SELECT c.oid, c.relkind::text, c.relpersistence::text, c.relispartition,
+		       EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = c.oid OR inhparent = c.oid),
+		       format('%I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`, spec.Source.Schema, spec.Source.Name).
+		Scan(&srcOID, &relkind, &persistence, &partition, &inherits, &c.SourceText)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, pgerr.Newf(pgerr.UndefinedTable, "source table %s does not exist", spec.Source).
+			WithClass("not_found", "SourceTableNotFound")
+	}
+	if err != nil {
+		return 0, err
+	}
+	if relkind == "p" || partition || inherits || persistence != "p" || relkind != "r" {
+		what := map[bool]string{true: "a partitioned table, a partition or part of an inheritance hierarchy"}[relkind == "p" || partition || inherits]
+		if what == "" {
+			if relkind != "r" {
+				what = "not a plain table"
+			} else {
+				what = "unlogged or temporary"
+			}
+		}
+		return 0, pgerr.Newf(pgerr.FeatureNotSupported, "source %s is %s; statement triggers cannot capture its changes", c.SourceText, what).
+			WithClass("validation", "SourceNotChangeKeyed")
+	}
+	return srcOID, nil
+}
+
+// targetFree checks that spec's target can be created: a permanent schema,
+// and neither it nor its ledger exists.
+func (e *Engine) targetFree(ctx context.Context, q Querier, spec Spec) error {
+	// A target in a temporary schema would vanish with the defining session
+	// and leave a definition nothing can build (D21).
+	if sch := spec.Target.Schema; sch == "pg_temp" || strings.HasPrefix(sch, "pg_temp_") || strings.HasPrefix(sch, "pg_toast_temp_") {
+		return pgerr.Newf("3F000", "target %s is in a temporary schema", spec.Target).
+			WithHint("name a target in a permanent schema, e.g. %s", pgx.Identifier{e.cfg.TargetSchema, spec.Target.Name}.Sanitize()).
+			WithClass("validation", "TemporaryTarget")
+	}
+
+	// The target and its ledger must not exist.
+	var taken string
+	err := q.QueryRow(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname IN ($2, $3) LIMIT 1`,
+		spec.Target.Schema, spec.Target.Name, spec.Target.Name+model.LedgerSuffix).Scan(&taken)
+	if err == nil {
+		variant := "TargetTableExists"
+		if taken != spec.Target.Name {
+			variant = "TargetTableSuffixCollision"
+		}
+		return pgerr.Newf(pgerr.DuplicateTable, "relation %s already exists", pgx.Identifier{spec.Target.Schema, taken}.Sanitize()).
+			WithClass("conflict", variant).WithHint("choose another target name, or DROP TRANSFORM the existing one")
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	return nil
 }
 
 // sourceKey is the key a definition over the source srcOID inherits: its
@@ -187,7 +210,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 	}
 	if len(key) == 0 {
 		var raw []byte
-		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&raw)
+		err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._definition_of(current_user::regrole, $1::oid)", base.Ident(e.cfg.Schema)), srcOID).Scan(&raw)
 		if err != nil {
 			return nil, false, nil, err
 		}
@@ -196,7 +219,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 			if err := json.Unmarshal(raw, upstream); err != nil {
 				return nil, false, nil, err
 			}
-			key, nullable = upstream.targetIdentity()
+			key, nullable = upstream.TargetIdentity()
 		}
 	}
 	if len(key) == 0 {
@@ -205,7 +228,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 	}
 	if upstream == nil {
 		var isTarget bool
-		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
+		if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._is_target($1::oid)", base.Ident(e.cfg.Schema)), srcOID).Scan(&isTarget); err != nil {
 			return nil, false, nil, err
 		}
 		if isTarget {
@@ -213,38 +236,6 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 		}
 	}
 	return key, nullable, upstream, nil
-}
-
-func (s *Spec) reads() []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(cols []string) {
-		for _, c := range cols {
-			if !seen[c] {
-				seen[c] = true
-				out = append(out, c)
-			}
-		}
-	}
-	for _, g := range s.GroupBy {
-		add(g.Reads)
-	}
-	for _, f := range s.Fields {
-		add(f.Reads)
-	}
-	return out
-}
-
-// targetIdentity is the key a reader of this definition's target uses.
-func (c *compiled) targetIdentity() ([]keyCol, bool) {
-	if !c.Spec.IsAggregate() {
-		return c.Key, c.KeyNullable
-	}
-	out := make([]keyCol, len(c.Spec.GroupBy))
-	for i, g := range c.Spec.GroupBy {
-		out[i] = keyCol{Name: g.Name, Type: c.GroupBase[i], FullType: c.GroupTypes[i]}
-	}
-	return out, true
 }
 
 func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
@@ -275,11 +266,11 @@ func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
 
 // probeTypes runs "SELECT exprs FROM source LIMIT 0" (checking privileges
 // and validity as the caller) and returns each column's type, full and base.
-func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail string) (full, base []string, err error) {
+func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail string) (full, baseTypes []string, err error) {
 	if len(exprs) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+" AS "+ident(SourceAlias)+tail+" LIMIT 0")
+	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+" AS "+base.Ident(SourceAlias)+tail+" LIMIT 0")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -302,48 +293,16 @@ func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail strin
 			return nil, nil, err
 		}
 		full = append(full, fu)
-		base = append(base, ba)
+		baseTypes = append(baseTypes, ba)
 	}
-	return full, base, nil
-}
-
-func (c *compiled) resolveArgs() {
-	c.FieldArg = make([]int, len(c.Spec.Fields))
-	idx := map[string]int{}
-	for i, f := range c.Spec.Fields {
-		if f.Agg == AggCountStar {
-			c.FieldArg[i] = -1
-			continue
-		}
-		j, ok := idx[f.Expr]
-		if !ok {
-			j = len(c.Args)
-			idx[f.Expr] = j
-			c.Args = append(c.Args, argInfo{Expr: f.Expr})
-		}
-		c.FieldArg[i] = j
-	}
-}
-
-func aggCall(f Field) string {
-	name := aggSQLName[f.Agg]
-	var call string
-	if f.Agg == AggCountStar {
-		call = "count(*)"
-	} else {
-		call = name + "((" + f.Expr + "))"
-	}
-	if f.Cast != "" {
-		call = "(" + call + ")::" + f.Cast
-	}
-	return call
+	return full, baseTypes, nil
 }
 
 var exactSum = map[string]bool{"smallint": true, "integer": true, "bigint": true, "numeric": true, "interval": true}
 var intType = map[string]bool{"smallint": true, "integer": true, "bigint": true}
 
 func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error {
-	src := c.source()
+	src := c.Source()
 	spec := &c.Spec
 	if !spec.IsAggregate() {
 		exprs := make([]string, len(spec.Fields))
@@ -357,7 +316,7 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 		c.FieldTypes = full
 		return nil
 	}
-	c.resolveArgs()
+	c.ResolveArgs()
 	var exprs []string
 	for _, g := range spec.GroupBy {
 		exprs = append(exprs, "("+g.Expr+")")
@@ -406,7 +365,7 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 	// Field result types and the sums' types, as Postgres infers them.
 	var aggs []string
 	for _, f := range spec.Fields {
-		aggs = append(aggs, aggCall(f))
+		aggs = append(aggs, sqlgen.AggCall(f))
 	}
 	var sumIdx []int
 	for i, a := range c.Args {
@@ -453,7 +412,7 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 	// (the workers', D20) moved or dropped by a SECURITY DEFINER function.
 	var raw []byte
 	var trash *string
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT compiled, trash FROM %s._drop_transform(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT compiled, trash FROM %s._drop_transform(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
 		target.Schema, target.Name).Scan(&raw, &trash)
 	if err != nil {
 		return dependentsError(err, pgx.Identifier{target.Schema, target.Name}.Sanitize())

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -231,7 +232,7 @@ func (l *lifecycle) pauseColumn(d *dDef) error {
 		return nil
 	}
 	f := d.fields[l.rc.IntN(len(d.fields))]
-	addr := ident(d.name) + "." + ident(f.name)
+	addr := base.Ident(d.name) + "." + base.Ident(f.name)
 	l.note("PAUSE %s", addr)
 	err := l.statement("PAUSE TRANSFORM " + addr)
 	if pe, ok := pgerr.As(err); ok && pe.Variant == "ColumnNotFound" {
@@ -315,11 +316,11 @@ func (l *lifecycle) snapshotPausedFields() ([]pausedSnap, error) {
 		keys, _ := d.outCols()
 		var cols []string
 		for _, k := range keys {
-			cols = append(cols, ident(k))
+			cols = append(cols, base.Ident(k))
 		}
 		sn := pausedSnap{def: d, col: p.col, keys: keys, table: fmt.Sprintf("paused_snap_%d", i)}
 		if _, err := l.dr.pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %s AS SELECT %s, %s::text AS v FROM %s",
-			sn.table, strings.Join(cols, ", "), ident(p.col), ident(d.name))); err != nil {
+			sn.table, strings.Join(cols, ", "), base.Ident(p.col), base.Ident(d.name))); err != nil {
 			return nil, err
 		}
 		out = append(out, sn)
@@ -332,12 +333,12 @@ func (l *lifecycle) snapshotPausedFields() ([]pausedSnap, error) {
 func (l *lifecycle) countWritten(sn pausedSnap) (int64, error) {
 	var on []string
 	for _, k := range sn.keys {
-		on = append(on, fmt.Sprintf("t.%s IS NOT DISTINCT FROM s.%s", ident(k), ident(k)))
+		on = append(on, fmt.Sprintf("t.%s IS NOT DISTINCT FROM s.%s", base.Ident(k), base.Ident(k)))
 	}
 	var n int64
 	err := l.dr.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*) FROM %s t LEFT JOIN %s s ON %s
 		WHERE t.%s IS NOT NULL AND (s.v IS NULL OR t.%s::text <> s.v)`,
-		ident(sn.def.name), sn.table, strings.Join(on, " AND "), ident(sn.col), ident(sn.col))).Scan(&n)
+		base.Ident(sn.def.name), sn.table, strings.Join(on, " AND "), base.Ident(sn.col), base.Ident(sn.col))).Scan(&n)
 	return n, err
 }
 
@@ -458,7 +459,7 @@ func (l *lifecycle) alter(d *dDef) error {
 		f := scalarPool[l.r.IntN(len(scalarPool))]
 		l.added++
 		f.name = fmt.Sprintf("x%d", l.added)
-		clause = "ADD (" + fill(f.expr, false) + ") AS " + ident(f.name)
+		clause = "ADD (" + fill(f.expr, false) + ") AS " + base.Ident(f.name)
 		fields = append(fields, f)
 	case 1:
 		for i, f := range fields {
@@ -468,7 +469,7 @@ func (l *lifecycle) alter(d *dDef) error {
 			for _, group := range sameType {
 				if j := slices.Index(group, f.expr); j >= 0 {
 					e := group[(j+1+l.r.IntN(len(group)-1))%len(group)]
-					clause = "ALTER " + ident(f.name) + " AS (" + fill(e, false) + ")"
+					clause = "ALTER " + base.Ident(f.name) + " AS (" + fill(e, false) + ")"
 					fields[i].expr = e
 					break
 				}
@@ -480,7 +481,7 @@ func (l *lifecycle) alter(d *dDef) error {
 	default:
 		for i, f := range fields {
 			if !used[f.name] && len(fields) > 1 {
-				clause = "DROP " + ident(f.name)
+				clause = "DROP " + base.Ident(f.name)
 				fields = append(fields[:i:i], fields[i+1:]...)
 				break
 			}
@@ -489,7 +490,7 @@ func (l *lifecycle) alter(d *dDef) error {
 	if clause == "" {
 		return nil
 	}
-	text := "ALTER TRANSFORM " + ident(d.name) + " " + clause
+	text := "ALTER TRANSFORM " + base.Ident(d.name) + " " + clause
 	l.note("%s", text)
 	err := l.statement(text)
 	if pe, ok := pgerr.As(err); ok && pe.Variant == "TransformNotLive" {

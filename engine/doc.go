@@ -38,4 +38,14 @@
 //	        page's least origin and a token waits for them (H3), and
 //	        trellis.origin_at, the original write's time, for the chain's
 //	        end-to-end latency
+//
+// Packages (docs/architecture.md has the rule depcheck enforces):
+//
+//	engine          façade and orchestration (this package): Define, Apply,
+//	  │             Migrate, Run, Status, AwaitConverged; drain, build,
+//	  │             capture, staging, quarantine, DDL statements
+//	  ├─ sqlgen     the SQL of one compiled definition, one function per statement
+//	  │    └─ model Spec, Compiled, key identity (KeySQL / EncodeKey / DecodeKey)
+//	  ├─ catalog    migrations/NNN.sql and functions/*.sql, embedded; Render
+//	  └─ base       quoting, advisory-lock keys, error classes (retry/data/internal)
 package engine

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 func (e *Engine) wakeDrainers() {
@@ -27,8 +29,8 @@ func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) err
 			return nil
 		}
 		if err != nil {
-			if !transient(err) {
-				e.log.Warn("drain step failed", append([]any{"worker", id}, errAttrs(err)...)...)
+			if !base.Transient(err) {
+				e.logFailure("drain step failed", err, "worker", id)
 			} else {
 				e.log.Debug("drain step retried", "worker", id, "err", err)
 			}
@@ -90,7 +92,7 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 		}
 	}()
 	did, at, err := e.drainPageTry(ctx, id, nil)
-	if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
+	if err == nil || base.Transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
 		return did, err
 	}
 	if poisonous(err) {
@@ -99,16 +101,16 @@ func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error)
 		// are charged and skipped, the rest of the page commits.
 		e.log.Info("page failed; probing its keys", "batch", at.batch, "bucket", at.bucket, "err", err)
 		did, _, err = e.drainPageTry(ctx, id, &at)
-		if err == nil || transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
+		if err == nil || base.Transient(err) || errors.Is(err, errLockShort) || ctx.Err() != nil {
 			return did, err
 		}
 	}
 	// A holdup: nothing attributable. Record it on the bucket and back off,
 	// loudly (§12.12 "Holdup", drain_failure).
-	e.log.Warn("page failed with nothing attributable; bucket held back", append([]any{"batch", at.batch, "bucket", at.bucket}, errAttrs(err)...)...)
+	e.logFailure("page failed with nothing attributable; bucket held back", err, "batch", at.batch, "bucket", at.bucket)
 	_, _ = e.workers.Exec(context.Background(), fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $3,
 		last_sqlstate = nullif($4, ''), failed_since = coalesce(failed_since, now()), failed_last = now(), next_attempt_at = now() + least(interval '10 ms' * power(2, least(attempts, 10)), interval '10 s')
-		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), at.batch, at.bucket, errMessage(err), codeOf(err))
+		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), at.batch, at.bucket, errMessage(err), base.Code(err))
 	return false, err
 }
 
@@ -354,7 +356,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool
 			}
 			if err := e.applyShare(ctx, tx, d, ks, meta, probe, slices.Contains(truncated, d.table), pageShare{
 				truncated: truncated, tOrigin: tOrigin, tUnknown: tUnknown, tHop: tHop}); err != nil {
-				return fmt.Errorf("applying %s: %w", d.cd.c.TargetText, err)
+				return fmt.Errorf("applying %s: %w", d.cd.C.TargetText, err)
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -229,7 +231,7 @@ func (e *Engine) Close() { e.workers.Close() }
 // Schema returns the catalog schema.
 func (e *Engine) Schema() string { return e.cfg.Schema }
 
-func (e *Engine) tbl(name string) string { return ident(e.cfg.Schema) + "." + ident(name) }
+func (e *Engine) tbl(name string) string { return base.Ident(e.cfg.Schema) + "." + base.Ident(name) }
 
 func (e *Engine) channel(what string) string { return e.cfg.Schema + "_" + what }
 
@@ -265,7 +267,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if codeOf(err) == pgerr.UndefinedTable || !transient(err) {
+		if base.Code(err) == pgerr.UndefinedTable || !base.Transient(err) {
 			return fmt.Errorf("engine: reading the instance marker (run Migrate first): %w", err)
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
@@ -315,7 +317,7 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 		conn.Hijack().Close(context.Background())
 	}()
 	for _, ch := range []string{"wake", "sealed", "drained", "seal"} {
-		if _, err := conn.Exec(ctx, "LISTEN "+ident(e.channel(ch))); err != nil {
+		if _, err := conn.Exec(ctx, "LISTEN "+base.Ident(e.channel(ch))); err != nil {
 			return err
 		}
 	}
@@ -348,7 +350,7 @@ func (e *Engine) heartbeat(ctx context.Context) error {
 	beat := func() {
 		_, err := e.workers.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (worker_id, proxy_id, kind, last_seen, format)
 			VALUES ($1, $2, 'drain', now(), $3) ON CONFLICT (worker_id) DO UPDATE SET last_seen = now(), format = excluded.format`,
-			e.tbl("_workers")), id, e.cfg.ProcessID, formatVersion)
+			e.tbl("_workers")), id, e.cfg.ProcessID, catalog.FormatVersion)
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("heartbeat failed", "err", err)
 		}
@@ -397,13 +399,13 @@ func (e *Engine) ApplyText(ctx context.Context, q Querier, text string, opts App
 
 // Pause is PAUSE TRANSFORM target (grammar §4.3), by bare target name.
 func (e *Engine) Pause(ctx context.Context, q Querier, target TableName) error {
-	_, err := e.ApplyText(ctx, q, "PAUSE TRANSFORM "+ident(target.Name), ApplyOptions{})
+	_, err := e.ApplyText(ctx, q, "PAUSE TRANSFORM "+base.Ident(target.Name), ApplyOptions{})
 	return err
 }
 
 // Resume is RESUME TRANSFORM target (grammar §4.4), by bare target name.
 func (e *Engine) Resume(ctx context.Context, q Querier, target TableName) error {
-	_, err := e.ApplyText(ctx, q, "RESUME TRANSFORM "+ident(target.Name), ApplyOptions{})
+	_, err := e.ApplyText(ctx, q, "RESUME TRANSFORM "+base.Ident(target.Name), ApplyOptions{})
 	return err
 }
 
@@ -414,4 +416,10 @@ func (e *Engine) workerRole() string {
 		return *r
 	}
 	return ""
+}
+
+// logFailure logs a worker step's failure at its class's level (an error of
+// ours at Error, so a Go-side bug is never only a retry at Debug).
+func (e *Engine) logFailure(msg string, err error, attrs ...any) {
+	e.log.Log(context.Background(), base.Level(err), msg, append(attrs, base.ErrAttrs(err)...)...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -109,14 +110,14 @@ func TestKeyShapes(t *testing.T) {
 			}
 			var sqlKey string
 			cols := []keyCol{{Name: "a", Type: "text"}, {Name: "b", Type: "text"}}
-			if err := pool.QueryRow(context.Background(), "SELECT "+keySQL("x", cols, true)+" FROM (SELECT $1::text AS a, $2::text AS b) x",
+			if err := pool.QueryRow(context.Background(), "SELECT "+model.KeySQL("x", cols, true)+" FROM (SELECT $1::text AS a, $2::text AS b) x",
 				parts[0], parts[1]).Scan(&sqlKey); err != nil {
 				t.Fatal(err)
 			}
-			if goKey := encodeKey(parts, true); goKey != sqlKey {
+			if goKey := model.EncodeKey(parts, true); goKey != sqlKey {
 				t.Fatalf("key of %q: Go %q, SQL %q", s, goKey, sqlKey)
 			}
-			dec, ok := decodeKey(sqlKey, 2, true)
+			dec, ok := model.DecodeKey(sqlKey, 2, true)
 			if !ok || *dec[0] != s || (nullable != (dec[1] == nil)) {
 				t.Fatalf("decode %q: %v %v", sqlKey, dec, ok)
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // The definition fence: a relation lock per definition that orders
@@ -62,7 +64,7 @@ func (e *Engine) stagingFence(ctx context.Context, tx pgx.Tx, id int64) (bool, e
 		return false, err
 	}
 	var got bool
-	err := tx.QueryRow(ctx, "SELECT "+ident(e.cfg.Schema)+"._fence_staging($1)", id).Scan(&got)
+	err := tx.QueryRow(ctx, "SELECT "+base.Ident(e.cfg.Schema)+"._fence_staging($1)", id).Scan(&got)
 	return got, err
 }
 
@@ -73,5 +75,5 @@ func (e *Engine) tryFencesSQL(ids string, mark bool) string {
 	if mark {
 		m = "true"
 	}
-	return ident(e.cfg.Schema) + "._try_fences(" + ids + ", " + m + ")"
+	return base.Ident(e.cfg.Schema) + "._try_fences(" + ids + ", " + m + ")"
 }

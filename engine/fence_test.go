@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // A lifecycle statement waiting for a definition's fence is not overtaken:
@@ -309,7 +311,7 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 	}
 	select {
 	case err := <-stepped:
-		if codeOf(err) != "57014" || !transient(err) {
+		if base.Code(err) != "57014" || !base.Transient(err) {
 			t.Fatalf("the cancelled step returned %v", err)
 		}
 	case <-time.After(60 * time.Second):
@@ -331,7 +333,7 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 		if st, _, _ := storedStatus(t, e, "t"); st == "live" {
 			return true
 		}
-		if _, err := e.buildStep(ctx, "test"); err != nil && !transient(err) {
+		if _, err := e.buildStep(ctx, "test"); err != nil && !base.Transient(err) {
 			t.Fatal(err)
 		}
 		return false

@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // Golden files of the SQL the engine generates, so a change to a generator
@@ -94,18 +99,18 @@ func TestGoldenCatalogSQL(t *testing.T) {
 	e := New(testDB(t), Config{})
 	defer e.Close()
 	var b strings.Builder
-	for i, m := range migrations {
+	for i, m := range catalog.Migrations() {
 		fmt.Fprintf(&b, "-- migration %d\n%s\n", i+1, strings.TrimSpace(e.renderCatalogSQL(m)))
 	}
-	fmt.Fprintf(&b, "-- functions\n%s\n", strings.TrimSpace(e.renderCatalogSQL(catalogFunctions())))
+	fmt.Fprintf(&b, "-- functions\n%s\n", strings.TrimSpace(e.renderCatalogSQL(catalog.Functions())))
 	goldenCompare(t, filepath.Join("testdata", "catalog.sql"), b.String())
 }
 
 // goldenNormalize replaces the workers' role, which is the test cluster's
 // superuser and so differs between machines.
 func goldenNormalize(e *Engine, text string) string {
-	text = strings.ReplaceAll(text, ident(e.workerRole()), `"{{WORKER}}"`)
-	return strings.ReplaceAll(text, lit(e.workerRole()), `'{{WORKER}}'`)
+	text = strings.ReplaceAll(text, base.Ident(e.workerRole()), `"{{WORKER}}"`)
+	return strings.ReplaceAll(text, base.Lit(e.workerRole()), `'{{WORKER}}'`)
 }
 
 func goldenTarget(t *testing.T, stmt string) string {
@@ -131,51 +136,51 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cd.c
+	c := cd.C
 	var b strings.Builder
 	section := func(name, sql string) {
 		if sql != "" {
 			fmt.Fprintf(&b, "-- %s: %s\n%s;\n\n", target, name, strings.TrimSpace(sql))
 		}
 	}
-	tgt, led := c.shapes()
+	tgt, led := c.Shapes()
 	section("target shape", goldenShape(tgt))
 	section("ledger shape", goldenShape(led))
-	p := e.newCapturePlan(c.SourceText, c.Key, c.KeyNullable)
+	p := e.inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
 	// As installCapture resolves them.
 	if err := e.pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
-		p.keyTypeNames()).Scan(&p.keyTypes); err != nil {
+		p.KeyTypeNames()).Scan(&p.KeyTypes); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range e.captureDDL(p) {
+	for i, s := range e.inst().CaptureDDL(p) {
 		section(fmt.Sprintf("capture %d", i+1), s)
 	}
-	section("lock insert", cd.lockInsert)
-	section("lock select", cd.lockSelect)
-	section("derive", cd.derive)
-	section("delete empty", cd.deleteEmpty)
-	section("recompute", cd.recompute)
-	section("ledger gc", cd.ledgerGC)
+	section("lock insert", cd.LockInsert)
+	section("lock select", cd.LockSelect)
+	section("derive", cd.Derive)
+	section("delete empty", cd.DeleteEmpty)
+	section("recompute", cd.Recompute)
+	section("ledger gc", cd.LedgerGC)
 	for _, f := range c.Spec.Fields {
-		section("field probe "+f.Name, cd.fieldProbe[f.Name])
+		section("field probe "+f.Name, cd.FieldProbe[f.Name])
 	}
-	where, args := e.rangeWhere(c, goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
+	where, args := sqlgen.RangeWhere(c, goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
 	fmt.Fprintf(&b, "-- %s: range parameters %d\n", target, len(args))
-	tconds, _ := e.rangeConds(c, "t2", goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
-	section("fresh chunk", cd.freshSQL(where, tconds))
+	tconds, _ := sqlgen.RangeConds(c, "t2", goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
+	section("fresh chunk", cd.FreshSQL(where, tconds))
 	if c.Spec.IsAggregate() {
-		section("heap chunk", cd.heapSQL(where))
-		section("rebuild chunk", cd.rebuildAggSQL(where))
-		section("groups", cd.groupsSQL)
-		section("reconcile", cd.reconcileSQL)
-		section("prune", cd.pruneSQL)
+		section("heap chunk", cd.HeapSQL(where))
+		section("rebuild chunk", cd.RebuildAggSQL(where))
+		section("groups", cd.GroupsSQL)
+		section("reconcile", cd.ReconcileSQL)
+		section("prune", cd.PruneSQL)
 		var cols []string
 		for _, f := range c.Spec.Fields {
 			cols = append(cols, f.Name)
 		}
-		section("refresh", cd.refreshSQL(cols))
+		section("refresh", cd.RefreshSQL(cols))
 	} else if !c.KeyNullable {
-		section("rebuild chunk", cd.rebuildSQL(where, tconds))
+		section("rebuild chunk", cd.RebuildSQL(where, tconds))
 	}
 	return b.String()
 }
@@ -185,7 +190,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 func goldenShape(sh *tableShape) string {
 	var b strings.Builder
 	for _, c := range sh.Cols {
-		fmt.Fprintf(&b, "%s %s", ident(c.Name), c.Type)
+		fmt.Fprintf(&b, "%s %s", base.Ident(c.Name), c.Type)
 		if c.Coll != "" {
 			fmt.Fprintf(&b, " COLLATE %s", c.Coll)
 		}
@@ -215,7 +220,7 @@ func goldenBound(s string, n int) *string {
 		v := s
 		parts[i] = &v
 	}
-	k := encodeKey(parts, false)
+	k := model.EncodeKey(parts, false)
 	return &k
 }
 

@@ -210,7 +210,7 @@ func TestSealWindowsExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if ok, err := e.installCapture(ctx, conn, e.newCapturePlan("public.h1", []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)); !ok || err != nil {
+	if ok, err := e.installCapture(ctx, conn, e.inst().NewCapturePlan("public.h1", []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)); !ok || err != nil {
 		t.Fatalf("install: %v %v", ok, err)
 	}
 	levels := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable, pgx.ReadCommitted, pgx.RepeatableRead}

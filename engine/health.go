@@ -13,82 +13,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
-
-// captureGuard is the head of a capture function: a key column that is
-// missing or has another type than the one the function was generated for
-// makes the statement log one 'schema' marker row instead of running the
-// keyed INSERT (which would fail the writer's statement, or log keys in
-// another rendering). The staging worker then pauses the readers.
-//
-// The fast probe reads pg_attribute, and so sees the catalog as of the
-// writer's snapshot: in REPEATABLE READ or SERIALIZABLE a snapshot older
-// than a committed rename, drop or re-type still shows the old column,
-// while the keyed INSERT is planned against the current catalog. So the
-// probe trusts only row versions nothing has updated or deleted (xmax = 0):
-// a unique (attrelid, attname) row never touched since it was written is
-// the current one whatever the snapshot's age. Anything else (a change, or
-// a row version the snapshot may hold stale) takes the slow path, which
-// asks the planner: pg_typeof of each key column of the transition table,
-// resolved against the current catalog, with 42703 (undefined column)
-// caught. Its subtransaction writes nothing, so it takes no XID. Nothing
-// here depends on the isolation level.
-//
-// The probe is a PERFORM counted by FOUND or ROW_COUNT: the same rows as a
-// count(*) subquery compared in an IF, without its aggregate and subplan
-// (measured: 35 k instructions per statement instead of 63 k, against
-// 75 k for a whole single-row INSERT).
-func (e *Engine) captureGuard(p *capturePlan, event string) string {
-	var rel string
-	switch event {
-	case "insert", "update":
-		rel = "trellis_new"
-	case "delete":
-		rel = "trellis_old"
-	default:
-		return ""
-	}
-	names := make([]string, len(p.key))
-	pairs := make([]string, len(p.key))
-	now := make([]string, len(p.key))
-	want := make([]string, len(p.key))
-	for i, k := range p.key {
-		names[i] = lit(k.Name)
-		oid := itoa(int(p.keyTypes[i]))
-		pairs[i] = "(" + lit(k.Name) + "::name, " + oid + "::oid)"
-		now[i] = "pg_typeof((SELECT x." + ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
-		want[i] = oid + "::oid"
-	}
-	// One unique-index probe per key column on pg_attribute (attrelid,
-	// attname) in one SPI statement.
-	probe := `  -- A key column renamed, dropped or re-typed: never run the keyed INSERT below.
-  PERFORM FROM pg_attribute WHERE attrelid = TG_RELID AND attname IN (` + strings.Join(names, ", ") + `)
-    AND NOT attisdropped AND (attname, atttypid) IN (` + strings.Join(pairs, ", ") + `) AND xmax = 0;
-`
-	miss := "NOT FOUND"
-	if len(p.key) > 1 {
-		probe += "  GET DIAGNOSTICS v_n = ROW_COUNT;\n"
-		miss = "v_n <> " + itoa(len(p.key))
-	}
-	return probe + `  IF ` + miss + ` THEN
-    -- Changed, or seen through a snapshot that may be stale: ask the current catalog.
-    BEGIN
-      v_ok := ARRAY[` + strings.Join(now, ", ") + `] = ARRAY[` + strings.Join(want, ", ") + `];
-    EXCEPTION WHEN undefined_column THEN v_ok := false;
-    END;
-    IF NOT v_ok THEN
-      INSERT INTO ` + e.tbl("_change_log") + ` (src_table, key, op, origin_lsn)
-      VALUES (` + lit(p.table) + `, NULL, 'schema', pg_current_wal_insert_lsn());
-      RETURN NULL;
-    END IF;
-  END IF;`
-}
 
 // captureFailure is what an automatic pause records in
 // _definitions.status_detail under "capture_failure" (surface §5.1).
@@ -187,7 +117,7 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 			if conn.IsClosed() || ctx.Err() != nil {
 				return false, err
 			}
-			e.log.Warn("auto-pause failed; retried next pass", append([]any{"definition", id}, errAttrs(err)...)...)
+			e.logFailure("auto-pause failed; retried next pass", err, "definition", id)
 		}
 	}
 	tampered, err := e.checkTamper(ctx, conn)
@@ -231,9 +161,9 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 	if e.cfg.TestingTargetTriggers {
 		return false, nil
 	}
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	rows, err := conn.Query(ctx, fmt.Sprintf(tamperSQL, e.tbl("_definitions"), applyingStatuses, e.tbl("_instance")), names)
 	if err != nil {
@@ -266,26 +196,6 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 		e.log.Warn("transform paused: foreign code on its tables", "definition", h.id, "table", h.table)
 	}
 	return len(hits) > 0, nil
-}
-
-// truncateRecord keeps the new relfilenode a TRUNCATE gave the table, in the
-// truncating transaction, so the rewrite check below does not take a
-// captured truncate for a rewrite behind capture's back.
-//
-// pg_relation_filenode reads the relation cache, never pg_class under the
-// writer's snapshot: in REPEATABLE READ or SERIALIZABLE, a snapshot older
-// than another committed change of the table's pg_class row (a concurrent
-// TRUNCATE) sees that row's old version as well as this truncate's new one,
-// and a scalar subquery over pg_class failed the application's TRUNCATE
-// with 21000. The bookkeeping UPDATE itself can meet a concurrent
-// truncate's in those isolation levels (40001); the application's TRUNCATE
-// must not fail for it, so that failure is swallowed: the stored relfilenode
-// then stays stale and the rewrite check rebuilds the readers, a false
-// positive that costs a rebuild, never correctness.
-func (e *Engine) truncateRecord(p *capturePlan) string {
-	return "  BEGIN\n    UPDATE " + e.tbl("_captured_tables") + " SET relfilenode = pg_relation_filenode(TG_RELID)\n" +
-		"    WHERE table_name = " + lit(p.table) + " AND relfilenode IS NOT NULL;\n" +
-		"  EXCEPTION WHEN serialization_failure THEN NULL;\n  END;\n"
 }
 
 // checkRewrites (§12.9 "Rewrites"): a captured table whose relfilenode
@@ -481,9 +391,9 @@ func (e *Engine) readProblems(ctx context.Context, q Querier, filter string, arg
 
 // triggerXmins reads the xmin of each capture trigger of table.
 func (e *Engine) triggerXmins(ctx context.Context, q Querier, table string) (map[string]string, error) {
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	var raw []byte
 	err := q.QueryRow(ctx, `SELECT coalesce(jsonb_object_agg(tgname, xmin::text), '{}') FROM pg_trigger
@@ -543,211 +453,11 @@ func (e *Engine) recordInstall(ctx context.Context, tx pgx.Tx, table string) err
 	return err
 }
 
-// requestRebuild sends every applying reader of table (or only the one
-// definition when only > 0) back to waiting_to_backfill: the staging worker
-// starts a rebuild after every read table's capture is current, which
-// re-derives every source key and sweeps ledger keys the source no longer
-// has (§12.8 request_backfill). Targets stay readable meanwhile.
-func (e *Engine) requestRebuild(ctx context.Context, q Querier, table string, reason string) ([]string, error) {
-	rows, err := q.Query(ctx, fmt.Sprintf(`UPDATE %[1]s d SET status = 'waiting_to_backfill', version = version + 1,
-		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', $2::text)
-		WHERE d.status IN ('backfilling', 'live')
-		  AND EXISTS (SELECT 1 FROM %[2]s r WHERE r.definition_id = d.id AND r.table_name = $1)
-		RETURNING d.compiled #>> '{spec,target,name}'`, e.tbl("_definitions"), e.tbl("_definition_reads")), table, reason)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// addSweep queues the sweep of a rebuild: ledger keys are re-derived too, so
-// target rows no source row backs any more are deleted. A fresh build's
-// ledger holds only what pages wrote, so the sweep is skipped when empty,
-// and the build is marked fresh instead.
-func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error {
-	var raw []byte
-	var classic bool
-	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT compiled, coalesce((status_detail ->> 'classic_build')::boolean, false) FROM %s WHERE id = $1",
-		e.tbl("_definitions")), id).Scan(&raw, &classic); err != nil {
-		return err
-	}
-	c := &compiled{}
-	if err := json.Unmarshal(raw, c); err != nil {
-		return err
-	}
-	tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind)
-		SELECT $1, $2, 'sweep' WHERE EXISTS (SELECT 1 FROM %s) OR EXISTS (SELECT 1 FROM %s)`, e.tbl("_build_tasks"), c.ledger(), c.target()), id, build)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() > 0 {
-		if c.Spec.IsAggregate() {
-			// After an interrupted heap build, pages and locked-path
-			// chunks need the ledger's key index back first.
-			if err := e.ensureLedgerKey(ctx, tx, c); err != nil {
-				return err
-			}
-			// An aggregate rebuild ends by reconciling its groups with the
-			// ledger (build.go groupsStep: an interrupted fresh build).
-			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind) VALUES ($1, $2, 'groups')`, e.tbl("_build_tasks")), id, build)
-		}
-		return err
-	}
-	// Ledger and target empty: a fresh build (§12.8 fast path). This runs
-	// after the statement that moved the definition to backfilling locked
-	// its row, and every page or chunk writing them holds that row FOR
-	// SHARE, so this statement's snapshot sees every entry ever committed.
-	heap := false
-	if c.Spec.IsAggregate() {
-		if heap, err = e.startHeapBuild(ctx, tx, c, classic); err != nil {
-			return err
-		}
-		if !heap {
-			if err := e.ensureLedgerKey(ctx, tx, c); err != nil {
-				return err
-			}
-		}
-	}
-	if heap {
-		// Its last two tasks are queued now (a classic fresh build's first
-		// chunk queues its groups task; heap chunks run in parallel).
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (definition_id, build_id, kind) VALUES ($1, $2, 'groups'), ($1, $2, 'index')`,
-			e.tbl("_build_tasks")), id, build); err != nil {
-			return err
-		}
-	}
-	_, err = tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status_detail = coalesce(status_detail, '{}') || jsonb_build_object('fresh_build', build_id::text)
-		  || CASE WHEN $3 THEN jsonb_build_object('heap_build', build_id::text) ELSE '{}' END
-		WHERE id = $1 AND build_id = $2`, e.tbl("_definitions")), id, build, heap)
-	return err
-}
-
-// sweepStep re-derives the next keys after the task's cursor (lo) that a
-// rebuild would not reach from the source: first the ledger's keys, then,
-// for a 1-1 target, the target's own keys (rows edited in by hand have no
-// ledger entry), walked in key order like a plan. The task stays open,
-// cursor advanced, until both are walked; hi marks the phase.
-//
-// A step also stops when its budget (until) is spent, with the cursor after
-// the last key it re-derived; the target phase of a nullable identity,
-// which has no cursor, runs whole.
-func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string, until time.Time) error {
-	var phase *string
-	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT hi FROM %s WHERE id = $1", e.tbl("_build_tasks")), taskID).Scan(&phase); err != nil {
-		return err
-	}
-	c := cd.c
-	var keys []string
-	var err error
-	if phase == nil {
-		after := ""
-		if lo != nil {
-			after = *lo
-		}
-		rows, err := tx.Query(ctx, "SELECT k FROM "+c.ledger()+` WHERE k COLLATE "C" > $1 ORDER BY k COLLATE "C" LIMIT $2`, after, e.cfg.BuildChunkSize)
-		if err != nil {
-			return err
-		}
-		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return err
-		}
-	} else if c.KeyNullable {
-		// A nullable identity (a 1-1 reader of an aggregate target: its keys
-		// are group tuples) has no typed cursor; it is walked in one step,
-		// as its build reads its source in one chunk.
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+ident(SourceAlias))
-		if err != nil {
-			return err
-		}
-		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return err
-		}
-	} else {
-		where, args := e.rangeWhere(c, lo, nil, 2)
-		order := joinf(len(c.Key), func(i int) string { return ident(SourceAlias) + "." + ident(c.Key[i].Name) }, ", ")
-		rows, err := tx.Query(ctx, "SELECT "+keySQL(ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.target()+" AS "+ident(SourceAlias)+
-			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)
-		if err != nil {
-			return err
-		}
-		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return err
-		}
-	}
-	if phase != nil && c.KeyNullable {
-		until = time.Time{}
-	}
-	// The rebuild's chunks re-derive every key the source has; the sweep
-	// is for the keys it lacks (rows deleted while the transform was
-	// paused). A key deleted after this read is captured and re-derived
-	// by a page.
-	gone := keys
-	if !e.plant.lockedRebuilds {
-		if gone, err = absentFromSource(ctx, tx, c, keys); err != nil {
-			return err
-		}
-	}
-	n, err := e.applySlices(gone, until, func(slice []string) error { return e.applyKeys(ctx, tx, cd, slice) })
-	if err != nil {
-		return err
-	}
-	if n < len(gone) {
-		// Walked in order, so every key up to the last applied is done.
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, gone[n-1])
-		return err
-	}
-	// The target phase runs for every 1-1 target: a fresh build (§12.8
-	// fast path) writes 1-1 target rows without ledger entries, so the
-	// ledger alone does not name every key a rebuild must re-derive. It
-	// once skipped nullable identities, and a paused reader of an
-	// aggregate target kept rows for groups that vanished meanwhile.
-	switch {
-	case len(keys) == e.cfg.BuildChunkSize && !(phase != nil && c.KeyNullable):
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = $2 WHERE id = $1", e.tbl("_build_tasks")), taskID, keys[len(keys)-1])
-	case phase == nil && !c.Spec.IsAggregate():
-		_, err = tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET lo = NULL, hi = 'target' WHERE id = $1", e.tbl("_build_tasks")), taskID)
-	default:
-		err = e.taskDone(ctx, tx, taskID)
-	}
-	return err
-}
-
-// absentFromSource returns, in their order, the keys of c's source that
-// name no source row now (and any key that does not decode, which
-// applyKeys reports).
-func absentFromSource(ctx context.Context, q Querier, c *compiled, keys []string) ([]string, error) {
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	args, unnest, bad := keyArgs(keys, c.Key, c.KeyNullable)
-	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.source()+" AS "+ident(SourceAlias)+
-		" WHERE "+keyLookup(ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
-	if err != nil {
-		return nil, err
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	absent := make(map[string]bool, len(found)+len(bad))
-	for _, k := range append(found, bad...) {
-		absent[k] = true
-	}
-	out := make([]string, 0, len(absent))
-	for _, k := range keys {
-		if absent[k] {
-			out = append(out, k)
-		}
-	}
-	return out, nil
-}
-
 // captureCurrent: ok when the table carries current, untampered capture.
 // A tampered one (disabled, dropped, replaced or re-enabled since our
 // install) is not current; its reinstall rebuilds the readers.
 func (e *Engine) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
-	tampered, err := e.captureTampered(ctx, conn, p.table)
+	tampered, err := e.captureTampered(ctx, conn, p.Table)
 	if err != nil || tampered {
 		return false, err
 	}

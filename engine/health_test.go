@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // writers runs n tight-loop writers (insert, update, delete) on table until
@@ -87,7 +89,7 @@ func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 		exec(t, pool, `DROP TABLE IF EXISTS s CASCADE`)
 		exec(t, pool, `CREATE SEQUENCE IF NOT EXISTS sq; CREATE TABLE s (id int PRIMARY KEY DEFAULT nextval('sq'), a int DEFAULT 1, b int DEFAULT 2, c int)`)
 		exec(t, pool, `INSERT INTO s SELECT FROM generate_series(1, 100) g`)
-		p := e.newCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, _ := pool.Acquire(context.Background())
 		ok, err := e.installCapture(context.Background(), conn.Conn(), p)
 		conn.Release()
@@ -124,7 +126,7 @@ func BenchmarkCaptureGuard(b *testing.B) {
 		if mode == "no_capture" {
 			continue
 		}
-		p := e.newCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.inst().NewCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -134,9 +136,9 @@ func BenchmarkCaptureGuard(b *testing.B) {
 		}
 		if mode == "unguarded" {
 			for _, ev := range []string{"insert", "update", "delete"} {
-				for _, s := range e.captureDDL(p) {
-					if strings.HasPrefix(s, "CREATE OR REPLACE FUNCTION "+e.capFunc(p.table, ev)+"()") {
-						exec(b, conn, strings.Replace(s, e.captureGuard(p, ev), "", 1))
+				for _, s := range e.inst().CaptureDDL(p) {
+					if strings.HasPrefix(s, "CREATE OR REPLACE FUNCTION "+e.inst().CapFunc(p.Table, ev)+"()") {
+						exec(b, conn, strings.Replace(s, e.inst().CaptureGuard(p, ev), "", 1))
 					}
 				}
 			}
@@ -162,8 +164,8 @@ func BenchmarkCaptureGuard(b *testing.B) {
 	exec(b, conn, `SELECT 1`)
 	for _, mode := range modes[1:] {
 		var us float64
-		p := e.newCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
-		fns := []string{e.capFunc(p.table, "insert"), e.capFunc(p.table, "update")}
+		p := e.inst().NewCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		fns := []string{e.inst().CapFunc(p.Table, "insert"), e.inst().CapFunc(p.Table, "update")}
 		if err := conn.QueryRow(ctx, `SELECT coalesce(1000 * sum(self_time) / nullif(sum(calls), 0), 0) FROM pg_stat_user_functions
 			WHERE funcid = ANY (ARRAY[$1::text::regproc, $2::text::regproc]::oid[])`, fns[0], fns[1]).Scan(&us); err != nil {
 			b.Fatal(err)
@@ -318,7 +320,7 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	install := func(table string) {
-		p := e.newCapturePlan(`"public".`+ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.inst().NewCapturePlan(`"public".`+base.Ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -331,7 +333,7 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 	logged := func(table string) (markers, keyed int) {
 		t.Helper()
 		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 'schema'), count(*) FILTER (WHERE op <> 'schema')
-			FROM trellis._change_log WHERE src_table = $1`, `"public".`+ident(table)).Scan(&markers, &keyed); err != nil {
+			FROM trellis._change_log WHERE src_table = $1`, `"public".`+base.Ident(table)).Scan(&markers, &keyed); err != nil {
 			t.Fatal(err)
 		}
 		return markers, keyed
@@ -400,7 +402,7 @@ func TestKeyTypeRenameKeepsCapture(t *testing.T) {
 	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	exec(t, pool, `CREATE DOMAIN kd AS int; CREATE TABLE s (id kd PRIMARY KEY, a int)`)
-	p := e.newCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: `"public"."kd"`, FullType: `"public"."kd"`}}, false)
+	p := e.inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: `"public"."kd"`, FullType: `"public"."kd"`}}, false)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 )
 
@@ -180,8 +181,8 @@ func explainKeys(t testing.TB, q Querier, target, src string) string {
 	t.Helper()
 	var b strings.Builder
 	ctx := context.Background()
-	keys := `(SELECT id::text FROM ` + ident(target) + ` EXCEPT SELECT id::text FROM ` + ident(src) + `)
-		UNION (SELECT id::text FROM ` + ident(src) + ` EXCEPT SELECT id::text FROM ` + ident(target) + `)`
+	keys := `(SELECT id::text FROM ` + base.Ident(target) + ` EXCEPT SELECT id::text FROM ` + base.Ident(src) + `)
+		UNION (SELECT id::text FROM ` + base.Ident(src) + ` EXCEPT SELECT id::text FROM ` + base.Ident(target) + `)`
 	lines := func(label, sql string, args ...any) {
 		rows, err := q.Query(ctx, sql, args...)
 		if err != nil {
@@ -195,7 +196,7 @@ func explainKeys(t testing.TB, q Querier, target, src string) string {
 		}
 		rows.Close()
 	}
-	lines("ledger", `SELECT format('%s', l) FROM `+ident(target+"__ledger")+` l WHERE l.k IN (`+keys+`)`)
+	lines("ledger", `SELECT format('%s', l) FROM `+base.Ident(target+"__ledger")+` l WHERE l.k IN (`+keys+`)`)
 	// A captured statement's row holds its keys in keys (key is a
 	// rederive's single key): one line per mismatched key of each row.
 	lines("log", `SELECT format('%s', row(k.key, c.op, c.change_id, cardinality(c.keys), c.txid, c.staged_at,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // Per-definition failure isolation (D21). A page applies every reading
@@ -95,13 +97,13 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 		VALUES ($1, 1, $2, nullif($3, ''), now() + interval '100 ms', $4)
 		ON CONFLICT (definition_id) DO UPDATE SET attempts = pf.attempts + 1, error = excluded.error,
 		  sqlstate = excluded.sqlstate, last_at = now(), next_attempt_at = `+pageRetrySQL+`, table_name = excluded.table_name
-		RETURNING attempts`, e.tbl("_page_failures")), d.cd.id, errMessage(err), codeOf(err), d.table).Scan(&attempts); cerr != nil {
+		RETURNING attempts`, e.tbl("_page_failures")), d.cd.id, errMessage(err), base.Code(err), d.table).Scan(&attempts); cerr != nil {
 		return cerr
 	}
 	// The text may carry row values: it goes to the catalog, shown only to
 	// roles that may read the transform, not to the log.
 	e.log.Warn("a transform's share of a page failed; its keys are held for it alone", "definition", d.cd.id,
-		"target", d.cd.c.TargetText, "sqlstate", codeOf(err), "attempts", attempts)
+		"target", d.cd.C.TargetText, "sqlstate", base.Code(err), "attempts", attempts)
 	poke(e.wakePass)
 	return nil
 }
@@ -111,15 +113,15 @@ func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []
 		// Wait out and hold off build chunks writing this definition, so
 		// the DELETEs below see every committed entry and group (a row a
 		// chunk inserted after the DELETE's snapshot would survive it).
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.c.ledger()+", "+d.cd.c.target()+" IN EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+d.cd.C.Ledger()+", "+d.cd.C.Target()+" IN EXCLUSIVE MODE"); err != nil {
 			return err
 		}
 		// DELETE, not TRUNCATE: MVCC-safe for concurrent readers, no
 		// ACCESS EXCLUSIVE, and chained readers see per-key deletes.
-		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.target()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.C.Target()); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.c.ledger()); err != nil {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+d.cd.C.Ledger()); err != nil {
 			return err
 		}
 	}
@@ -168,11 +170,11 @@ func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
 // cannot stop the staging worker; PAUSE and DROP TRANSFORM still find it by
 // name. A failure of the session itself ends the pass as before.
 func (e *Engine) stagingFailed(ctx context.Context, conn *pgx.Conn, d *defRow, step string, serr error) error {
-	if conn.IsClosed() || ctx.Err() != nil || transient(serr) {
+	if conn.IsClosed() || ctx.Err() != nil || base.Transient(serr) {
 		return serr
 	}
 	e.log.Warn("a transform's staging step failed; the transform is paused", "definition", d.id, "target", d.c.TargetText,
-		"step", step, "sqlstate", codeOf(serr))
+		"step", step, "sqlstate", base.Code(serr))
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err
@@ -186,8 +188,8 @@ func (e *Engine) stagingFailed(ctx context.Context, conn *pgx.Conn, d *defRow, s
 		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', jsonb_build_object(
 		    'kind', 'staging_failure', 'step', $2::text, 'error', $3::text, 'sqlstate', nullif($4::text, ''), 'at', now()))
 		WHERE id = $1 AND status IN ('waiting_to_backfill', 'backfilling', 'live')`, e.tbl("_definitions")),
-		d.id, step, step+": "+errMessage(serr), codeOf(serr)); err != nil {
-		if transient(err) {
+		d.id, step, step+": "+errMessage(serr), base.Code(serr)); err != nil {
+		if base.Transient(err) {
 			return nil // held by a client: the next pass tries again
 		}
 		return err

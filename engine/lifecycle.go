@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -48,7 +49,7 @@ func (e *Engine) lockTransform(ctx context.Context, q Querier, name grammar.Iden
 	d := &lockedDef{target: name.Name, c: &compiled{}}
 	var raw []byte
 	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT id, status, target_table, source_table, definition_sql, compiled
-		FROM %s._lifecycle_lock(current_user::regrole, $1, $2)`, ident(e.cfg.Schema)),
+		FROM %s._lifecycle_lock(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
 		target.Schema, target.Name).Scan(&d.id, &d.status, &d.text, &d.source, &d.statement, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", grammar.QuoteIdentIfNeeded(name.Name)).
@@ -81,7 +82,7 @@ func (e *Engine) applyPause(ctx context.Context, q Querier, st *grammar.PauseStm
 		a.Notice = fmt.Sprintf("transform %s is quarantined and stays quarantined; RESUME TRANSFORM rebuilds it", d.text)
 		return a, nil
 	}
-	if _, err := q.Exec(ctx, fmt.Sprintf(`SELECT %s._lifecycle_pause(current_user::regrole, $1)`, ident(e.cfg.Schema)), d.id); err != nil {
+	if _, err := q.Exec(ctx, fmt.Sprintf(`SELECT %s._lifecycle_pause(current_user::regrole, $1)`, base.Ident(e.cfg.Schema)), d.id); err != nil {
 		return nil, err
 	}
 	a.Status = "paused"
@@ -124,7 +125,7 @@ func (e *Engine) applyResume(ctx context.Context, q Querier, st *grammar.ResumeS
 	// Status, build work, column bindings and held keys change in the
 	// catalog function (D9); the rebuild starts after the caller's COMMIT.
 	var released int64
-	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_resume(current_user::regrole, $1)`, ident(e.cfg.Schema)), d.id).Scan(&released); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_resume(current_user::regrole, $1)`, base.Ident(e.cfg.Schema)), d.id).Scan(&released); err != nil {
 		return nil, err
 	}
 	if _, err := q.Exec(ctx, "SELECT pg_notify($1, 'resume')", e.channel("wake")); err != nil {
@@ -177,11 +178,11 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 	if err != nil {
 		return err
 	}
-	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	spec, trees, err := buildSpec(st, src, res, e.cfg.TargetSchema)
 	if err != nil {
 		return err
 	}
-	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
+	if err := e.checkFormulas(ctx, q, st, src, spec, trees); err != nil {
 		return err
 	}
 	old := d.c

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -402,11 +403,11 @@ func TestRequestBackfillRebuilds(t *testing.T) {
 	converge(t, e)
 	assertSame(t, pool, `SELECT id, a3 FROM s_v`, `SELECT id, a * 3 FROM s`)
 	_, err := pool.Exec(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, to_regclass('nope')::oid, 'nope', NULL)`)
-	if codeOf(err) != "42P01" {
+	if base.Code(err) != "42P01" {
 		t.Fatalf("unknown table: %v", err)
 	}
 	_, err = pool.Exec(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, to_regclass('s')::oid, 's', 'other')`)
-	if codeOf(err) != "42704" {
+	if base.Code(err) != "42704" {
 		t.Fatalf("only_target not reading it: %v", err)
 	}
 }
@@ -497,7 +498,7 @@ func TestLifecycleChurnUnderWriters(t *testing.T) {
 			}
 		case 2:
 			if _, err := pool.Exec(context.Background(), `SELECT trellis._request_backfill(current_user::regrole, 's'::regclass::oid, 's', NULL)`); err != nil &&
-				codeOf(err) != "55000" {
+				base.Code(err) != "55000" {
 				t.Fatal(err)
 			}
 		case 3:

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // Locks a tenant cannot take (D21, docs/security.md "Locks and liveness").
@@ -31,7 +33,7 @@ func (e *Engine) migrateLock(ctx context.Context, tx pgx.Tx) error {
 	if err != nil || locked {
 		return err
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey("trellis-migrate")); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", base.LockKey("trellis-migrate")); err != nil {
 		return err
 	}
 	// Another process may have created the catalog while we waited.
@@ -42,7 +44,7 @@ func (e *Engine) migrateLock(ctx context.Context, tx pgx.Tx) error {
 // lockInstanceTable takes the catalog's mutex if the catalog exists.
 func (e *Engine) lockInstanceTable(ctx context.Context, tx pgx.Tx) (bool, error) {
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", ident(e.cfg.Schema)+"._instance").Scan(&exists); err != nil || !exists {
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", base.Ident(e.cfg.Schema)+"._instance").Scan(&exists); err != nil || !exists {
 		return false, err
 	}
 	_, err := tx.Exec(ctx, "LOCK TABLE "+e.tbl("_instance")+" IN SHARE UPDATE EXCLUSIVE MODE")

@@ -1,11 +1,15 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
+)
 
 // FormatVersion is the catalog format this build writes and expects. The
 // proxy's /readyz compares it with the catalog's (surface §16), so a fleet
 // member older than its catalog turns unready instead of misreading it.
-func FormatVersion() int { return formatVersion }
+func FormatVersion() int { return catalog.FormatVersion }
 
 // Metrics receives the engine's in-process events, for the distributions a
 // person plots (surface §14); the proxy adapts it to Prometheus. Calls are on

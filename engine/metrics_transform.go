@@ -75,7 +75,7 @@ func countApplied(ctx context.Context, d readerDef, ks []pageKey, meta map[pageK
 	if t == nil || n == 0 {
 		return
 	}
-	tr := d.cd.c.Spec.Target.Name
+	tr := d.cd.C.Spec.Target.Name
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.applied[tr]; !ok {

@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
 // Quarantine (engine spec §12.12, surface §6, §13 fuses).
@@ -84,7 +87,7 @@ func (e *Engine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, 
 	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH u AS (SELECT * FROM unnest($1::text[], $2::text[]) AS u(t, k)),
 		cleared AS (DELETE FROM %[1]s kd USING u WHERE NOT $4 AND kd.src_table = u.t AND kd.key = u.k RETURNING 1)
-		SELECT p.definition_id, p.src_table, p.key FROM %[2]s p JOIN u ON p.src_table = u.t AND p.key = u.k
+		SELECT p.definition_id, p.src_table, p.Key FROM %[2]s p JOIN u ON p.src_table = u.t AND p.Key = u.k
 		WHERE p.definition_id = ANY($3::int8[])`, e.tbl("_key_deaths"), e.tbl("_poison")), ts, ks, ids, probe)
 	if err != nil {
 		return nil, err
@@ -117,7 +120,7 @@ func (e *Engine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, 
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s p SET origin_lsn =
 			CASE WHEN p.origin_lsn IS NULL OR s.o IS NULL THEN NULL ELSE least(p.origin_lsn, s.o::pg_lsn) END
 			FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[]) AS s(d, t, k, o)
-			WHERE p.definition_id = s.d AND p.src_table = s.t AND p.key = s.k
+			WHERE p.definition_id = s.d AND p.src_table = s.t AND p.Key = s.k
 			  AND p.origin_lsn IS NOT NULL AND (s.o IS NULL OR s.o::pg_lsn < p.origin_lsn)`, e.tbl("_poison")), ud, ut, uk, uo); err != nil {
 			return nil, err
 		}
@@ -195,12 +198,12 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 // for a key that failed, and names the first that raises (§12.12 "the probe
 // can also evaluate each compiled field alone").
 func (e *Engine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef, f *keyFailure) error {
-	if cd.c.Spec.IsAggregate() || len(cd.fieldProbe) == 0 {
+	if cd.C.Spec.IsAggregate() || len(cd.FieldProbe) == 0 {
 		return nil
 	}
-	args, _, _ := keyArgs([]string{f.key}, cd.c.Key, cd.c.KeyNullable)
-	for _, fl := range cd.c.Spec.Fields {
-		q, ok := cd.fieldProbe[fl.Name]
+	args, _, _ := model.KeyArgs([]string{f.key}, cd.C.Key, cd.C.KeyNullable)
+	for _, fl := range cd.C.Spec.Fields {
+		q, ok := cd.FieldProbe[fl.Name]
 		if !ok {
 			continue
 		}
@@ -241,7 +244,7 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 			VALUES ($1, $2, $3, $4, $5, nullif($6, ''))
 			ON CONFLICT (definition_id, column_name, src_table, key) DO UPDATE SET error = excluded.error,
 			  sqlstate = excluded.sqlstate, failed_at = now()`, e.tbl("_column_failures")),
-			f.def, f.column, f.table, f.key, errMessage(f.err), codeOf(f.err)); err != nil {
+			f.def, f.column, f.table, f.key, errMessage(f.err), base.Code(f.err)); err != nil {
 			return err
 		}
 	}
@@ -258,10 +261,10 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 		if tag.RowsAffected() > 0 {
 			// Readers of the column downstream pause with it (grammar §4.3).
 			var cascaded []string
-			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s._pause_cascade($1, $2)`, ident(e.cfg.Schema)), cd.id, col).Scan(&cascaded); err != nil {
+			if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %s._pause_cascade($1, $2)`, base.Ident(e.cfg.Schema)), cd.id, col).Scan(&cascaded); err != nil {
 				return err
 			}
-			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.c.TargetText, "column", col,
+			e.log.Warn("column paused: its formula fails on too many rows", "definition", cd.id, "target", cd.C.TargetText, "column", col,
 				"cascaded", cascaded)
 		}
 	}
@@ -297,7 +300,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 			VALUES ($1, $2, $3, 1, $4, $5)
 			ON CONFLICT (definition_id, src_table, key) DO UPDATE SET deaths = kd.deaths + 1,
 			  last_error = excluded.last_error, last_sqlstate = excluded.last_sqlstate, last_failed_at = now()
-			RETURNING deaths`, e.tbl("_key_deaths")), f.def, f.table, f.key, errMessage(f.err), codeOf(f.err)).Scan(&deaths); err != nil {
+			RETURNING deaths`, e.tbl("_key_deaths")), f.def, f.table, f.key, errMessage(f.err), base.Code(f.err)).Scan(&deaths); err != nil {
 			return err
 		}
 		// A key another page held after this one read the holds (its page
@@ -308,19 +311,19 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		// change lowers the hold's origin, as poisonedKeys does.
 		tag, err := tx.Exec(ctx, fmt.Sprintf(`WITH held AS (UPDATE %[1]s p SET origin_lsn =
 			  CASE WHEN p.origin_lsn IS NULL OR $4::text IS NULL THEN NULL ELSE least(p.origin_lsn, $4::text::pg_lsn) END
-			  WHERE p.definition_id = $1 AND p.src_table = $2 AND p.key = $3 RETURNING 1)
+			  WHERE p.definition_id = $1 AND p.src_table = $2 AND p.Key = $3 RETURNING 1)
 			DELETE FROM %[2]s kd WHERE kd.definition_id = $1 AND kd.src_table = $2 AND kd.key = $3 AND EXISTS (SELECT 1 FROM held)`,
 			e.tbl("_poison"), e.tbl("_key_deaths")), f.def, f.table, f.key, m.origin)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() > 0 {
-			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.c.TargetText, "table", f.table)
+			e.log.Info("key failed but is already held; not charged", "definition", f.def, "target", cd.C.TargetText, "table", f.table)
 			continue
 		}
 		if deaths < deathsToPoison {
-			e.log.Info("key failed; retried in a later batch", append([]any{"definition", f.def, "target", cd.c.TargetText,
-				"table", f.table, "deaths", deaths}, errAttrs(f.err)...)...)
+			e.log.Info("key failed; retried in a later batch", append([]any{"definition", f.def, "target", cd.C.TargetText,
+				"table", f.table, "deaths", deaths}, base.ErrAttrs(f.err)...)...)
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop)
 				VALUES ($1, $2, 'rederive', $3, $4::text::pg_lsn, $5)`, e.tbl("_change_log")), f.table, f.key, f.def, m.origin, m.hop); err != nil {
 				return err
@@ -329,14 +332,14 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		}
 		// The key and the error text are row data: trellis.quarantined shows
 		// them to those who may see the transform; the log does not.
-		e.log.Warn("key held (poisoned) for one transform", append([]any{"definition", f.def, "target", cd.c.TargetText,
-			"table", f.table, "deaths", deaths}, errAttrs(f.err)...)...)
+		e.logFailure("key held (poisoned) for one transform", f.err, "definition", f.def, "target", cd.C.TargetText,
+			"table", f.table, "deaths", deaths)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s AS p (definition_id, src_table, key, error, sqlstate, origin_lsn)
 			VALUES ($1, $2, $3, $4, $5, $6::text::pg_lsn)
 			ON CONFLICT (definition_id, src_table, key) DO UPDATE SET error = excluded.error, sqlstate = excluded.sqlstate,
 			  origin_lsn = CASE WHEN p.origin_lsn IS NULL OR excluded.origin_lsn IS NULL THEN NULL
 			                    ELSE least(p.origin_lsn, excluded.origin_lsn) END`, e.tbl("_poison")),
-			f.def, f.table, f.key, errMessage(f.err), codeOf(f.err), m.origin); err != nil {
+			f.def, f.table, f.key, errMessage(f.err), base.Code(f.err), m.origin); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE definition_id = $1 AND src_table = $2 AND key = $3`,
@@ -364,7 +367,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 		return err
 	}
 	if tag.RowsAffected() > 0 {
-		e.log.Warn("transform quarantined: too many held keys", "definition", cd.id, "target", cd.c.TargetText, "held_keys", held)
+		e.log.Warn("transform quarantined: too many held keys", "definition", cd.id, "target", cd.C.TargetText, "held_keys", held)
 	}
 	return nil
 }
@@ -383,7 +386,7 @@ func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build in
 	var next time.Time
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s SET attempts = attempts + 1, last_error = $2, last_sqlstate = $3,
 		next_attempt_at = `+retryAfterSQL+`
-		WHERE id = $1 RETURNING attempts, next_attempt_at`, e.tbl("_build_tasks")), taskID, errMessage(serr), codeOf(serr)).
+		WHERE id = $1 RETURNING attempts, next_attempt_at`, e.tbl("_build_tasks")), taskID, errMessage(serr), base.Code(serr)).
 		Scan(&attempts, &next); err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)
 		return
@@ -396,95 +399,19 @@ func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build in
 			  'source_table', source_table, 'attempts', $3::int, 'last_error', $4::text, 'sqlstate', nullif($5::text, ''),
 			  'next_attempt_at', NULL, 'paused', true))
 			WHERE id = $1 AND build_id = $2 AND status = 'backfilling'`, e.tbl("_definitions")),
-			defID, build, attempts, errMessage(serr), codeOf(serr)); err != nil {
+			defID, build, attempts, errMessage(serr), base.Code(serr)); err != nil {
 			e.log.Warn("pausing a failing build", "definition", defID, "err", err)
 			return
 		}
-		e.log.Warn("build paused after repeated failures", append([]any{"definition", defID, "source", srcTable, "attempts", attempts}, errAttrs(serr)...)...)
+		e.logFailure("build paused after repeated failures", serr, "definition", defID, "source", srcTable, "attempts", attempts)
 	} else {
-		e.log.Warn("build task failed", append([]any{"definition", defID, "task", taskID, "attempts", attempts, "next_attempt_at", next}, errAttrs(serr)...)...)
+		e.logFailure("build task failed", serr, "definition", defID, "task", taskID, "attempts", attempts, "next_attempt_at", next)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)
 	}
 }
 
-// applyChunk re-derives a build chunk's keys, in the order given, slice by
-// slice, until all are done or the step's time is up (until; zero: no
-// limit), and returns how many it applied (a prefix of keys, at least one
-// slice). When a formula or a target constraint refuses a row, its slice
-// is applied again key by key under savepoints: failing keys are charged
-// and staged again (origin unknown), so one bad row is held like a drained
-// one instead of failing the build.
-func (e *Engine) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys []string, until time.Time) (int, error) {
-	return e.applySlices(keys, until, func(slice []string) error {
-		if _, err := tx.Exec(ctx, "SAVEPOINT trellis_chunk"); err != nil {
-			return err
-		}
-		err := e.applyKeys(ctx, tx, cd, slice)
-		if err == nil || !poisonous(err) {
-			if err == nil {
-				_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_chunk")
-			}
-			return err
-		}
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_chunk"); err != nil {
-			return err
-		}
-		e.log.Info("build chunk failed; probing its keys", "definition", cd.id, "err", err)
-		meta := map[pageKey]keyMeta{}
-		pks := make([]pageKey, len(slice))
-		for i, k := range slice {
-			pks[i] = pageKey{table: cd.c.SourceText, key: k}
-			meta[pks[i]] = keyMeta{hop: 1}
-		}
-		if err := e.probeApply(ctx, tx, readerDef{table: cd.c.SourceText, cd: cd}, pks, meta); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_chunk")
-		return err
-	})
-}
-
 // retryAfterSQL is when a charged retry (a build task, a trash drop) runs
 // next: 1 s doubling to 5 min with the row's attempts so far (surface §13).
 const retryAfterSQL = "now() + make_interval(secs => least(power(2, attempts)::float8, 300))"
-
-// firstSliceKeys is the first slice of a budgeted build step: small enough
-// to fit the budget on a loaded box; later slices are sized from its pace.
-const firstSliceKeys = 500
-
-// applySlices calls apply on consecutive slices of keys until all are
-// applied or until has passed, and returns how many were. Without a
-// deadline slices are PageSize keys; with one, the first is firstSliceKeys
-// and each next one what the time left allows at the pace so far, so a
-// step ends close to its budget.
-func (e *Engine) applySlices(keys []string, until time.Time, apply func([]string) error) (int, error) {
-	size := e.cfg.PageSize
-	if !until.IsZero() {
-		size = firstSliceKeys
-		if e.plant.firstSlice > 0 {
-			size = e.plant.firstSlice
-		}
-	}
-	var done int
-	t0 := time.Now()
-	for done < len(keys) {
-		size = max(1, min(size, e.cfg.PageSize))
-		n := min(size, len(keys)-done)
-		if err := apply(keys[done : done+n]); err != nil {
-			return done, err
-		}
-		done += n
-		if until.IsZero() {
-			continue
-		}
-		left := time.Until(until)
-		if left <= 0 {
-			break
-		}
-		perKey := time.Since(t0) / time.Duration(done)
-		size = int(left / max(perKey, time.Microsecond))
-	}
-	return done, nil
-}

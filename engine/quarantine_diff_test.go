@@ -201,7 +201,7 @@ func runQuarantineDifferential(t *testing.T, seed uint64, writeFor time.Duration
 	}
 	exec(t, pool, `WITH p AS (DELETE FROM trellis._poison RETURNING *)
 		INSERT INTO trellis._change_log (src_table, key, op, definition_id, origin_lsn)
-		SELECT p.src_table, p.key, 'rederive', p.definition_id, p.origin_lsn FROM p`)
+		SELECT p.src_table, p.Key, 'rederive', p.definition_id, p.origin_lsn FROM p`)
 	if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
 		t.Fatalf("seed %d: token after release: %v", seed, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -37,7 +39,7 @@ func releaseKey(t *testing.T, q Querier, def int64, table, key string) {
 	exec(t, q, `WITH p AS (DELETE FROM trellis._poison WHERE definition_id = $1 AND src_table = $2 AND key = $3 RETURNING *),
 		d AS (DELETE FROM trellis._key_deaths WHERE definition_id = $1 AND src_table = $2 AND key = $3)
 		INSERT INTO trellis._change_log (src_table, key, op, definition_id, origin_lsn)
-		SELECT p.src_table, p.key, 'rederive', p.definition_id, p.origin_lsn FROM p`, def, table, key)
+		SELECT p.src_table, p.Key, 'rederive', p.definition_id, p.origin_lsn FROM p`, def, table, key)
 }
 
 func TestQuarantineHoldsOneKeyForOneTransform(t *testing.T) {
@@ -370,7 +372,7 @@ func TestQuarantineChargeAfterHoldIsDropped(t *testing.T) {
 	exec(t, pool, `DELETE FROM trellis._change_log`)
 	exec(t, pool, `INSERT INTO trellis._key_deaths (definition_id, src_table, key, deaths) VALUES ($1, 'public.orders', '7', 4)`, unit.ID)
 
-	cd := &compiledDef{id: unit.ID, c: &compiled{TargetText: "public.unit", SourceText: "public.orders"}}
+	cd := &compiledDef{id: unit.ID, Def: &sqlgen.Def{C: &compiled{TargetText: "public.unit", SourceText: "public.orders"}}}
 	failed := []keyFailure{{def: unit.ID, table: "public.orders", key: "7", err: errors.New("division by zero")}}
 	origin := "0/1"
 	meta := map[pageKey]keyMeta{{"public.orders", "7"}: {origin: &origin, hop: 1}}

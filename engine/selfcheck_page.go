@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -49,7 +50,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs := cd.c.selfCheckSQL(paused)
+	cs := sqlgen.SelfCheck(cd.C, paused)
 	token, caught, err := e.scWait(ctx, j)
 	if err != nil || !caught {
 		return &scPage{done: true, outcome: "not_caught_up", token: token}, err
@@ -75,7 +76,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 		}
 	}
 	for _, r := range rows {
-		p.divs = append(p.divs, r.divergences(cs.cols)...)
+		p.divs = append(p.divs, r.divergences(cs.Cols)...)
 	}
 	return p, nil
 }
@@ -85,7 +86,7 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 // in flight in that snapshot (a change still in flight is not reported).
 // A key in flight is re-checked again, up to three rounds; one still in
 // flight after them is left out, not reported.
-func (e *Engine) recheck(ctx context.Context, j *scJob, cd *compiledDef, cs *checkSQL, rows []scRow) ([]scRow, error) {
+func (e *Engine) recheck(ctx context.Context, j *scJob, cd *compiledDef, cs *sqlgen.Check, rows []scRow) ([]scRow, error) {
 	var out []scRow
 	for round := 0; round < 3 && len(rows) > 0; round++ {
 		if _, caught, err := e.scWait(ctx, j); err != nil || !caught {
@@ -149,11 +150,7 @@ func (e *Engine) scSnapshot(ctx context.Context, f func(pgx.Tx) error) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	var sets []string
-	for _, o := range outputPins {
-		sets = append(sets, "SET LOCAL "+o.name+" = "+o.value)
-	}
-	if _, err := tx.Exec(ctx, strings.Join(sets, "; ")); err != nil {
+	if _, err := tx.Exec(ctx, sqlgen.PinOutputs()); err != nil {
 		return err
 	}
 	if err := f(tx); err != nil {
@@ -170,15 +167,15 @@ type scRow struct {
 }
 
 // scDiff compares the given keys.
-func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, keys []string) ([]scRow, error) {
-	rows, err := tx.Query(ctx, cs.diff, cs.diffArgs(keys)...)
+func scDiff(ctx context.Context, tx pgx.Tx, cs *sqlgen.Check, keys []string) ([]scRow, error) {
+	rows, err := tx.Query(ctx, cs.Diff, cs.DiffArgs(keys)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []scRow
 	for rows.Next() {
-		r := scRow{tgt: make([]*string, len(cs.cols)), rec: make([]*string, len(cs.cols))}
+		r := scRow{tgt: make([]*string, len(cs.Cols)), rec: make([]*string, len(cs.Cols))}
 		if err := rows.Scan(r.dest(&r.key, &r.missing, &r.extra)...); err != nil {
 			return nil, err
 		}
@@ -189,14 +186,14 @@ func scDiff(ctx context.Context, tx pgx.Tx, cs *checkSQL, keys []string) ([]scRo
 
 // scPageRows runs a page's comparison: its last key, key count and
 // differing rows.
-func scPageRows(ctx context.Context, tx pgx.Tx, cs *checkSQL, cursor *string, limit int64) (out []scRow, hi *string, n int64, err error) {
-	rows, err := tx.Query(ctx, cs.page, cs.pageArgs(cursor, limit)...)
+func scPageRows(ctx context.Context, tx pgx.Tx, cs *sqlgen.Check, cursor *string, limit int64) (out []scRow, hi *string, n int64, err error) {
+	rows, err := tx.Query(ctx, cs.Page, cs.PageArgs(cursor, limit)...)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		r := scRow{tgt: make([]*string, len(cs.cols)), rec: make([]*string, len(cs.cols))}
+		r := scRow{tgt: make([]*string, len(cs.Cols)), rec: make([]*string, len(cs.Cols))}
 		var key *string
 		var missing, extra *bool
 		if err := rows.Scan(append([]any{&hi, &n}, r.dest(&key, &missing, &extra)...)...); err != nil {
@@ -258,9 +255,9 @@ func (e *Engine) pausedColumns(ctx context.Context, def int64) (map[string]bool,
 // instance's capture: registered, and its four triggers present and
 // ENABLE ALWAYS. Each fault is one capture divergence.
 func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, error) {
-	names := make([]string, len(captureEvents))
-	for i, ev := range captureEvents {
-		names[i] = e.triggerName(ev)
+	names := make([]string, len(sqlgen.CaptureEvents))
+	for i, ev := range sqlgen.CaptureEvents {
+		names[i] = e.inst().TriggerName(ev)
 	}
 	rows, err := e.workers.Query(ctx, fmt.Sprintf(`
 		SELECT r.table_name,
@@ -316,8 +313,8 @@ UNION SELECT key FROM %[4]s WHERE definition_id = $2`,
 
 // inFlight returns the target keys whose rows may not reflect the source
 // yet in tx's snapshot; all=true when that is every key.
-func (e *Engine) inFlight(ctx context.Context, tx pgx.Tx, cd *compiledDef, cs *checkSQL) (keys map[string]bool, all bool, err error) {
-	rows, err := tx.Query(ctx, e.pendingSQL(), cd.c.SourceText, cd.id)
+func (e *Engine) inFlight(ctx context.Context, tx pgx.Tx, cd *compiledDef, cs *sqlgen.Check) (keys map[string]bool, all bool, err error) {
+	rows, err := tx.Query(ctx, e.pendingSQL(), cd.C.SourceText, cd.id)
 	if err != nil {
 		return nil, false, err
 	}
@@ -336,8 +333,8 @@ func (e *Engine) inFlight(ctx context.Context, tx pgx.Tx, cd *compiledDef, cs *c
 	if len(list) == 0 {
 		return keys, false, nil
 	}
-	if cs.groupsOf != "" {
-		rows, err := tx.Query(ctx, cs.groupsOf, list)
+	if cs.GroupsOf != "" {
+		rows, err := tx.Query(ctx, cs.GroupsOf, list)
 		if err != nil {
 			return nil, false, err
 		}

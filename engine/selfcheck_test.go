@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
 // TestGoldenSelfCheckSQL pins the self-check's comparison SQL for every
@@ -31,9 +34,9 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 		for _, p := range g.pause {
 			paused[p] = true
 		}
-		cs := cd.c.selfCheckSQL(paused)
+		cs := sqlgen.SelfCheck(cd.C, paused)
 		var b strings.Builder
-		for _, s := range []struct{ name, sql string }{{"page", cs.page}, {"diff", cs.diff}, {"groups of", cs.groupsOf}} {
+		for _, s := range []struct{ name, sql string }{{"page", cs.Page}, {"diff", cs.Diff}, {"groups of", cs.GroupsOf}} {
 			if s.sql != "" {
 				b.WriteString("-- " + target + ": self-check " + s.name + "\n" + strings.TrimSpace(s.sql) + ";\n\n")
 			}
@@ -44,13 +47,13 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 				return err
 			}
 			// A key valid for every golden key type: each part "1".
-			tk, nullable := cd.c.targetIdentity()
+			tk, nullable := cd.C.TargetIdentity()
 			one := "1"
 			parts := make([]*string, len(tk))
 			for i := range parts {
 				parts[i] = &one
 			}
-			if _, err := scDiff(ctx, tx, cs, []string{encodeKey(parts, nullable)}); err != nil {
+			if _, err := scDiff(ctx, tx, cs, []string{model.EncodeKey(parts, nullable)}); err != nil {
 				return err
 			}
 			_, _, err := e.inFlight(ctx, tx, cd, cs)

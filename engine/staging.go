@@ -9,16 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-func codeOf(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
 
 // stagingKey reads the staging singleton's advisory key. It is random and
 // only the workers' role can read it; any role can still see it in
@@ -391,43 +382,11 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		}
 	}
 	// Capture every read table (sources and upstream targets).
-	captured := map[string]bool{}
-	plans := map[string]*capturePlan{}
-	for _, d := range defs {
-		for _, r := range d.reads {
-			if _, ok := plans[r.table]; !ok {
-				plans[r.table] = e.newCapturePlan(r.table, d.c.Key, d.c.KeyNullable)
-			}
-		}
+	captured, capSteady, err := e.ensureCapture(ctx, conn, defs)
+	if err != nil {
+		return false, err
 	}
-	deadline := time.Now().Add(time.Second)
-	for t, p := range plans {
-		ok, err := e.captureCurrent(ctx, conn, p)
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			steady = false
-		}
-		if !ok && time.Now().Before(deadline) {
-			// A tampered capture is repaired inside installCapture, under
-			// the table lock (the readers rebuild in the same transaction).
-			ok, err = e.installCapture(ctx, conn, p)
-			e.log.Info("capture install", "table", t, "ok", ok, "err", err)
-			if err == nil && !ok {
-				// Its lock is held: shown as status.capture_wait until it commits.
-				err = e.recordCaptureWait(ctx, conn, t)
-			}
-			if err != nil {
-				e.log.Warn("capture install failed", "table", t, "err", err)
-				if conn.IsClosed() {
-					return false, err
-				}
-				continue
-			}
-		}
-		captured[t] = ok
-	}
+	steady = steady && capSteady
 	// Start builds in dependency order (D15): every read captured, no
 	// upstream target still waiting.
 	for _, d := range defs {
@@ -470,23 +429,10 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		steady = false
 	}
 	// Capture no reader needs any more.
-	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT table_name FROM %s ct WHERE NOT EXISTS
-		(SELECT 1 FROM %s r WHERE r.table_name = ct.table_name)`, e.tbl("_captured_tables"), e.tbl("_definition_reads")))
-	if err != nil {
+	if acted, err := e.uninstallUnread(ctx, conn); err != nil {
 		return false, err
-	}
-	unread, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return false, err
-	}
-	for _, t := range unread {
+	} else if acted {
 		steady = false
-		if err := e.uninstallCapture(ctx, conn, t); err != nil {
-			e.log.Warn("capture uninstall failed", "table", t, "err", err)
-			if conn.IsClosed() {
-				return false, err
-			}
-		}
 	}
 	return steady, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -140,7 +141,7 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 	// The columns the definition reads, the source key included for a 1-1
 	// target (its rows are keyed by it), as surface §3.2 shows them.
 	cols := map[string]string{}
-	for _, name := range spec.reads() {
+	for _, name := range spec.Reads() {
 		cols[name] = src.types[name]
 	}
 	if !spec.IsAggregate() {
@@ -168,11 +169,11 @@ func (e *Engine) compileSpec(ctx context.Context, q Querier, st *grammar.Transfo
 	if err != nil {
 		return nil, err
 	}
-	spec, err := buildSpec(st, src, res, e.cfg.TargetSchema)
+	spec, trees, err := buildSpec(st, src, res, e.cfg.TargetSchema)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkFormulas(ctx, q, st, src, spec); err != nil {
+	if err := e.checkFormulas(ctx, q, st, src, spec, trees); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -206,7 +207,7 @@ func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.
 			WithHint("PAUSE TRANSFORM %s first", tname)
 	}
 	var lines []string
-	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, NULL)`, ident(e.cfg.Schema)), d.id).Scan(&lines); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, NULL)`, base.Ident(e.cfg.Schema)), d.id).Scan(&lines); err != nil {
 		return nil, err
 	}
 	if len(lines) > 0 {
@@ -231,7 +232,7 @@ func (e *Engine) findTransform(ctx context.Context, q Querier, bare string) (Tab
 	var t TableName
 	var owner string
 	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT schema_name, table_name, owner_name FROM %s._find_transform($1)`,
-		ident(e.cfg.Schema)), bare).Scan(&t.Schema, &t.Name, &owner)
+		base.Ident(e.cfg.Schema)), bare).Scan(&t.Schema, &t.Name, &owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return t, "", false, nil
 	}
@@ -314,7 +315,7 @@ func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *re
 		// key columns it will inherit so the naming rules apply.
 		var keys []string
 		err := q.QueryRow(ctx, fmt.Sprintf(`SELECT ARRAY(SELECT jsonb_array_elements(c->'spec'->'group_by')->>'name')
-			FROM %s._definition_of(current_user::regrole, $1::oid) c WHERE c IS NOT NULL`, ident(e.cfg.Schema)), oid).Scan(&keys)
+			FROM %s._definition_of(current_user::regrole, $1::oid) c WHERE c IS NOT NULL`, base.Ident(e.cfg.Schema)), oid).Scan(&keys)
 		if err == nil {
 			src.Key = keys
 		}
@@ -322,10 +323,9 @@ func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *re
 	return src, nil
 }
 
-// buildSpec turns a resolved statement into the engine's compiled form,
-// inlining field-to-field references and rendering every formula from its
-// syntax tree (never from the user's text).
-func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, error) {
+// specHeader is a spec's tables and canonical statement text, with the
+// source and target schemas filled in.
+func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema string) *Spec {
 	spec := &Spec{
 		Target: TableName{Schema: st.Target.Schema, Name: st.Target.Name},
 		Source: TableName{Schema: src.Schema, Name: src.Table},
@@ -337,11 +337,18 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 	canon.Source.Schema, canon.Source.Name = src.Schema, src.Table
 	canon.Target.Schema = spec.Target.Schema
 	spec.Statement = grammar.Canonical(&canon)
+	return spec
+}
 
+// buildSpec turns a resolved statement into the engine's compiled form,
+// inlining field-to-field references and rendering every formula from its
+// syntax tree (never from the user's text).
+func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
+	spec := specHeader(st, src, targetSchema)
 	keyExpr := map[string]string{}
 	for _, k := range res.Keys {
 		if k.Rel != "" {
-			return nil, notYetRelationships(k.Key.Pos)
+			return nil, nil, notYetRelationships(k.Key.Pos)
 		}
 		col := k.Key.Column()
 		expr := SourceColumn(col)
@@ -395,7 +402,6 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		}
 		return formulaNode{}, false
 	}
-	spec.formulas = trees
 	fields := make([]Field, len(res.Fields))
 	keep := make([]bool, len(res.Fields))
 	for _, i := range res.Order {
@@ -405,7 +411,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		case !st.IsAggregate():
 			sql, cols, err := render(rf, rf.Expr)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			f.Expr, f.Reads = sql, dedupe(cols)
 			rendered[rf.Name], reads[rf.Name] = sql, f.Reads
@@ -417,25 +423,25 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		case rf.Aggregate:
 			call, ok := rf.Expr.(*grammar.FuncCall)
 			if !ok {
-				return nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: an expression over an aggregate is not supported yet; compute it in a 1-1 transform over this target",
+				return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: an expression over an aggregate is not supported yet; compute it in a 1-1 transform over this target",
 					grammar.QuoteIdentIfNeeded(rf.Name)).WithClass("unsupported", "NotYetSupported").WithPosition(int(rf.Expr.Position()))
 			}
 			f.Agg = aggKind(call)
 			if f.Agg != AggCountStar {
 				if len(call.Args) != 1 {
-					return nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: aggregates take exactly one argument", grammar.QuoteIdentIfNeeded(rf.Name)).
+					return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: aggregates take exactly one argument", grammar.QuoteIdentIfNeeded(rf.Name)).
 						WithClass("validation", "UnsupportedAggregateArguments").WithPosition(int(call.Pos))
 				}
 				sql, cols, err := render(rf, call.Args[0])
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				f.Expr, f.Reads = sql, dedupe(cols)
 				trees.roots[rf.Name] = formulaNode{rf, call.Args[0]}
 			}
 			keep[i] = true
 		default:
-			return nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: a computed non-aggregate field in a GROUP BY transform is not supported yet",
+			return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: a computed non-aggregate field in a GROUP BY transform is not supported yet",
 				grammar.QuoteIdentIfNeeded(rf.Name)).WithClass("unsupported", "NotYetSupported").WithPosition(int(rf.Expr.Position()))
 		}
 		fields[i] = f
@@ -445,7 +451,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 			spec.Fields = append(spec.Fields, f)
 		}
 	}
-	return spec, nil
+	return spec, trees, nil
 }
 
 func aggKind(f *grammar.FuncCall) AggKind {
@@ -492,23 +498,18 @@ func dedupe(in []string) []string {
 //     type a probe view depends on was created by a user;
 //   - every formula must be immutable, by Postgres's own rule for generated
 //     columns (which also looks through casts that go via text I/O).
-func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec) error {
-	type probe struct {
-		sql   string
-		pos   grammar.Pos
-		field string // "" for a GROUP BY key
-	}
-	var probes []probe
+func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec, trees *formulaTrees) error {
+	var probes []formulaProbe
 	fieldPos := map[string]grammar.Pos{}
 	for _, f := range st.Fields {
 		fieldPos[f.Name] = f.Pos
 	}
 	for _, g := range spec.GroupBy {
-		probes = append(probes, probe{g.Expr, st.Pos, ""})
+		probes = append(probes, formulaProbe{g.Expr, st.Pos, ""})
 	}
 	for _, f := range spec.Fields {
 		if f.Expr != "" {
-			probes = append(probes, probe{f.Expr, fieldPos[f.Name], f.Name})
+			probes = append(probes, formulaProbe{f.Expr, fieldPos[f.Name], f.Name})
 		}
 	}
 	if len(probes) == 0 {
@@ -525,51 +526,16 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		q.Exec(ctx, "RELEASE SAVEPOINT trellis_formula_probe")
 	}()
 	srcSQL := pgx.Identifier{src.Schema, src.Table}.Sanitize()
-	// One view holds every formula; its column i is probe i.
-	var b strings.Builder
-	b.WriteString("CREATE TEMP VIEW trellis_formula_probe AS SELECT ")
-	starts := make([]int, len(probes))
-	for i, p := range probes {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		starts[i] = b.Len()
-		b.WriteString("(" + p.sql + ") AS " + ident(fmt.Sprintf("__probe_%d", i)))
-	}
-	b.WriteString(" FROM " + srcSQL + " AS " + ident(SourceAlias))
-	if _, err := q.Exec(ctx, b.String()); err != nil {
-		return formulaError(err, func(at int) grammar.Pos {
-			for i := len(starts) - 1; i >= 0; i-- {
-				if at >= starts[i] {
-					return probes[i].pos
-				}
-			}
-			return st.Pos
-		})
-	}
-	var userObjects []string
-	rows, err := q.Query(ctx, `SELECT DISTINCT pg_describe_object(d.refclassid, d.refobjid, 0)
-		FROM pg_depend d JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-		WHERE r.ev_class = 'pg_temp.trellis_formula_probe'::regclass
-		  AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_cast'::regclass,
-		                       'pg_type'::regclass, 'pg_collation'::regclass)
-		ORDER BY 1`)
-	if err != nil {
+	if err := createProbeView(ctx, q, probes, srcSQL, st.Pos); err != nil {
 		return err
 	}
-	if userObjects, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+	if err := refuseUserObjects(ctx, q, st.Pos); err != nil {
 		return err
-	}
-	if len(userObjects) > 0 {
-		return pgerr.Newf(pgerr.FeatureNotSupported, "formulas may only use built-in functions, operators and types; %s is user-defined", userObjects[0]).
-			WithClass("validation", "UserDefinedFunction").WithPosition(int(st.Pos)).
-			WithDetail("user-defined objects would run with the workers' privileges").
-			WithHint("express the formula with built-in (pg_catalog) functions")
 	}
 	// Immutability, one formula at a time so the error names the culprit.
 	// Each probe column takes the formula's own type, read off the view:
 	// casting to text would itself be stable for some types.
-	rows, err = q.Query(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+	rows, err := q.Query(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 		WHERE attrelid = 'pg_temp.trellis_formula_probe'::regclass AND attnum > 0 ORDER BY attnum`)
 	if err != nil {
 		return err
@@ -585,7 +551,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 	// formula against the probe table instead of the source alias.
 	addColumn := func(i int) string {
 		return fmt.Sprintf("ADD COLUMN %s %s GENERATED ALWAYS AS ((%s)) STORED",
-			ident(fmt.Sprintf("__probe_%d", i)), types[i], strings.ReplaceAll(probes[i].sql, ident(SourceAlias)+".", ""))
+			base.Ident(fmt.Sprintf("__probe_%d", i)), types[i], strings.ReplaceAll(probes[i].sql, base.Ident(SourceAlias)+".", ""))
 	}
 	// Every formula in one statement first (two round trips, not three a
 	// formula); only when that fails, one at a time to name the culprit.
@@ -617,7 +583,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		}
 		if pgerr.CodeOf(err) == pgerr.InvalidObjectDefinition {
 			// The caret goes on the call itself (Postgres gives no position).
-			if at, ok, lerr := e.mutableCall(ctx, q, spec.formulas, p.field); lerr != nil {
+			if at, ok, lerr := e.mutableCall(ctx, q, trees, p.field); lerr != nil {
 				return lerr
 			} else if ok {
 				p.pos = at
@@ -632,6 +598,69 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 	failed = false
 	_, err = q.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_formula_probe")
 	return err
+}
+
+// formulaProbe is one formula checkFormulas probes.
+type formulaProbe struct {
+	sql   string
+	pos   grammar.Pos
+	field string // "" for a GROUP BY key
+}
+
+// createProbeView creates the temporary view holding every formula (its
+// column i is probe i), which resolves them against the source as
+// Postgres would; an error is placed at the failing formula.
+func createProbeView(ctx context.Context, q Querier, probes []formulaProbe, srcSQL string, stmtPos grammar.Pos) error {
+	// One view holds every formula; its column i is probe i.
+	var b strings.Builder
+	b.WriteString("CREATE TEMP VIEW trellis_formula_probe AS SELECT ")
+	starts := make([]int, len(probes))
+	for i, p := range probes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		starts[i] = b.Len()
+		b.WriteString("(" + p.sql + ") AS " + base.Ident(fmt.Sprintf("__probe_%d", i)))
+	}
+	b.WriteString(" FROM " + srcSQL + " AS " + base.Ident(SourceAlias))
+	if _, err := q.Exec(ctx, b.String()); err != nil {
+		return formulaError(err, func(at int) grammar.Pos {
+			for i := len(starts) - 1; i >= 0; i-- {
+				if at >= starts[i] {
+					return probes[i].pos
+				}
+			}
+			return stmtPos
+		})
+	}
+	return nil
+}
+
+// refuseUserObjects refuses formulas (the probe view) that depend on a
+// user-defined function, operator, cast, type or collation: Postgres
+// records no dependency on pg_catalog's pinned objects, so any it records
+// is a user's, and it would run with the workers' privileges.
+func refuseUserObjects(ctx context.Context, q Querier, pos grammar.Pos) error {
+	var userObjects []string
+	rows, err := q.Query(ctx, `SELECT DISTINCT pg_describe_object(d.refclassid, d.refobjid, 0)
+		FROM pg_depend d JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+		WHERE r.ev_class = 'pg_temp.trellis_formula_probe'::regclass
+		  AND d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass, 'pg_cast'::regclass,
+		                       'pg_type'::regclass, 'pg_collation'::regclass)
+		ORDER BY 1`)
+	if err != nil {
+		return err
+	}
+	if userObjects, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return err
+	}
+	if len(userObjects) > 0 {
+		return pgerr.Newf(pgerr.FeatureNotSupported, "formulas may only use built-in functions, operators and types; %s is user-defined", userObjects[0]).
+			WithClass("validation", "UserDefinedFunction").WithPosition(int(pos)).
+			WithDetail("user-defined objects would run with the workers' privileges").
+			WithHint("express the formula with built-in (pg_catalog) functions")
+	}
+	return nil
 }
 
 // formulaError turns a Postgres error raised by a probe into one that points

@@ -5,13 +5,15 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // The trash of DROP TRANSFORM. PostgreSQL unlinks a dropped table's files
 // when the dropping transaction commits, so a DROP TABLE of a large target
 // makes the client's COMMIT wait for its size. DROP TRANSFORM instead moves
 // the target and ledger into a schema of their own, owned by the workers'
-// role (privileges.go _drop_transform, _trash_tables), and the staging
+// role (catalog/functions/1_privileged.sql: _drop_transform, _trash_tables), and the staging
 // worker drops that schema here, in its own transactions, shortly after the
 // COMMIT: the space is freed then. A schema's owner may drop the tables in
 // it whoever owns them, so no privilege on the target is needed.
@@ -87,7 +89,7 @@ func (e *Engine) dropTrash(ctx context.Context, conn *pgx.Conn, schema string) e
 			return err
 		}
 	}
-	if _, err := tx.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident(schema)); err != nil {
+	if _, err := tx.Exec(ctx, "DROP SCHEMA IF EXISTS "+base.Ident(schema)); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE schema_name = $1", e.tbl("_trash")), schema); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -32,7 +33,7 @@ func TestDropMovesTablesToTrashAndFreesThemAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	relsLeft := func() int64 {
-		return count(t, pool, `SELECT 1 FROM pg_class WHERE oid IN (`+itoa(int(targetOID))+`, `+itoa(int(ledgerOID))+`)`)
+		return count(t, pool, `SELECT 1 FROM pg_class WHERE oid IN (`+model.Itoa(int(targetOID))+`, `+model.Itoa(int(ledgerOID))+`)`)
 	}
 	trashSchemas := func() int64 {
 		return count(t, pool, `SELECT 1 FROM pg_namespace WHERE nspname LIKE 'trellis\_trash\_%'`)

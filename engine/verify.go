@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
@@ -54,7 +55,7 @@ func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID u
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.check(e.cfg.TargetSchema); err != nil {
+	if err := spec.Check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
 	c := &compiled{Spec: *spec, SourceText: srcText}
@@ -120,7 +121,7 @@ func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted b
 			if conn.IsClosed() || ctx.Err() != nil {
 				return acted, err
 			}
-			e.log.Warn("verifying a definition failed; retried next pass", append([]any{"definition", d.id}, errAttrs(err)...)...)
+			e.logFailure("verifying a definition failed; retried next pass", err, "definition", d.id)
 			continue
 		}
 		acted = true
@@ -158,7 +159,7 @@ func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw
 	}
 	c, err := e.recompile(ctx, tx, stmt, srcOID)
 	if err != nil {
-		if transient(err) || conn.IsClosed() {
+		if base.Transient(err) || conn.IsClosed() {
 			return "", err // a lock wait, a cancel, the connection: next pass
 		}
 		return "its statement does not compile (" + err.Error() + ")", nil

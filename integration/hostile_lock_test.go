@@ -18,17 +18,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
 )
 
-// lockKey is the engine's advisory key of a name (FNV-1a 64): what any
-// role that has read the source can compute.
-func lockKey(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return int64(h.Sum64())
-}
+// lockKey is the engine's advisory key of a name: what any role that has
+// read the source can compute. The engine's own function, so the test
+// takes the keys the engine uses, not a copy of their derivation.
+func lockKey(name string) int64 { return base.LockKey(name) }
 
 // lockMallory creates lock_mallory (cluster-wide, once) with CONNECT on db
 // and CREATE on its public schema, and connects her directly to db.

@@ -1,6 +1,7 @@
 // Command depcheck enforces the package rule of the architecture: which
-// packages of this module may import which, and that cgo (pg_query) stays in
-// grammar and router. `make deps` runs it; a forbidden edge exits 1.
+// packages of this module may import which, that cgo (pg_query) stays in
+// grammar and router, and the engine's size limits (size.go). `make deps`
+// runs it from the module root; a violation exits 1.
 package main
 
 import (
@@ -15,14 +16,24 @@ import (
 const module = "github.com/trellis-proxy/trellis-proxy"
 
 // allowed lists, per package (relative to the module), the module packages it
-// may import. Packages not listed (cmd, integration, internal tools) may
-// import anything. A prefix ending in "/" covers sub-packages.
+// may import; an entry covers its sub-packages unless they have one of their
+// own (the longest entry wins), and a package may always import its own
+// sub-packages. Packages not listed (cmd, integration, internal tools) may
+// import anything.
+//
+// The engine's packages form layers: base (quoting, lock keys, error
+// classes) under catalog (the embedded schema), under the root engine
+// package, which holds the orchestration and is the only way in from outside.
 var allowed = map[string][]string{
 	"pgerr":              {},
 	"sqlscan":            {},
 	"grammar":            {"pgerr", "sqlscan"},
 	"router":             {"grammar", "pgerr", "sqlscan"},
 	"engine":             {"grammar", "pgerr"},
+	"engine/base":        {"pgerr"},
+	"engine/catalog":     {"engine/base"},
+	"engine/model":       {"engine/base", "pgerr"},
+	"engine/sqlgen":      {"engine/base", "engine/model"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},
@@ -75,6 +86,12 @@ func main() {
 			}
 		}
 	}
+	sizes, err := checkSizes("engine")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "depcheck: sizes:", err)
+		os.Exit(2)
+	}
+	violations = append(violations, sizes...)
 	if len(violations) > 0 {
 		for _, v := range violations {
 			fmt.Fprintln(os.Stderr, "depcheck:", v)
@@ -93,7 +110,13 @@ func topLevel(pkg string) string {
 }
 
 func ruleFor(pkg string) ([]string, bool) {
-	r, ok := allowed[topLevel(pkg)]
+	best := ""
+	for k := range allowed {
+		if (pkg == k || strings.HasPrefix(pkg, k+"/")) && len(k) > len(best) {
+			best = k
+		}
+	}
+	r, ok := allowed[best]
 	return r, ok
 }
 

@@ -1,7 +1,9 @@
-package engine
+package model
 
 import (
 	"strings"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
 // Key identity (engine §12.3): a key is its text rendering, compared
@@ -9,13 +11,13 @@ import (
 // columns, or a nullable identity, join escaped parts with U+001F, a NULL
 // part being U+0001.
 
-// keyPlain reports whether a key of n columns uses the bare rendering.
-func keyPlain(n int, nullable bool) bool { return n == 1 && !nullable }
+// KeyPlain reports whether a key of n columns uses the bare rendering.
+func KeyPlain(n int, nullable bool) bool { return n == 1 && !nullable }
 
-// keySQL renders the key of the row under alias (already quoted) in SQL.
-func keySQL(alias string, cols []keyCol, nullable bool) string {
-	if keyPlain(len(cols), nullable) {
-		ref := alias + "." + ident(cols[0].Name)
+// KeySQL renders the key of the row under alias (already quoted) in SQL.
+func KeySQL(alias string, cols []KeyCol, nullable bool) string {
+	if KeyPlain(len(cols), nullable) {
+		ref := alias + "." + base.Ident(cols[0].Name)
 		if textCastIsOutput[cols[0].Type] {
 			// The same text as format's %s (the type's output function),
 			// without format's parse of its pattern on every row: about
@@ -26,7 +28,7 @@ func keySQL(alias string, cols []keyCol, nullable bool) string {
 	}
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		ref := alias + "." + ident(c.Name)
+		ref := alias + "." + base.Ident(c.Name)
 		parts[i] = "CASE WHEN num_nulls(" + ref + ") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', " +
 			ref + "), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END"
 	}
@@ -43,9 +45,9 @@ var textCastIsOutput = map[string]bool{
 	"text": true, "character varying": true, "uuid": true,
 }
 
-// encodeKey is the Go twin of keySQL (nil = NULL part).
-func encodeKey(parts []*string, nullable bool) string {
-	if keyPlain(len(parts), nullable) {
+// EncodeKey is the Go twin of KeySQL (nil = NULL part).
+func EncodeKey(parts []*string, nullable bool) string {
+	if KeyPlain(len(parts), nullable) {
 		return *parts[0]
 	}
 	var b strings.Builder
@@ -73,10 +75,10 @@ func encodeKey(parts []*string, nullable bool) string {
 	return b.String()
 }
 
-// decodeKey splits a key into its n column texts (nil = NULL). A malformed
+// DecodeKey splits a key into its n column texts (nil = NULL). A malformed
 // key yields ok = false.
-func decodeKey(k string, n int, nullable bool) (parts []*string, ok bool) {
-	if keyPlain(n, nullable) {
+func DecodeKey(k string, n int, nullable bool) (parts []*string, ok bool) {
+	if KeyPlain(n, nullable) {
 		return []*string{&k}, true
 	}
 	raw := strings.Split(k, "\x1f")
@@ -119,43 +121,46 @@ func decodeKey(k string, n int, nullable bool) (parts []*string, ok bool) {
 	return parts, true
 }
 
-// keyLookup renders the predicate matching the row under alias to the
+// KeyLookup renders the predicate matching the row under alias to the
 // unnested key parts u.p<i> (typed lookup for the index) and re-checks the
 // rendering against u.k, so the key stays the identity even where the
 // type's = is looser than its text (H9).
-func keyLookup(alias, u string, cols []keyCol, nullable bool) string {
+func KeyLookup(alias, u string, cols []KeyCol, nullable bool) string {
 	var conds []string
 	for i, c := range cols {
-		ref := alias + "." + ident(c.Name)
-		p := u + "." + partCol(i)
+		ref := alias + "." + base.Ident(c.Name)
+		p := u + "." + PartCol(i)
 		eq := ref + " = " + p + "::" + c.Type
 		if nullable {
 			eq = "(" + eq + " OR (" + ref + " IS NULL AND " + p + " IS NULL))"
 		}
 		conds = append(conds, eq)
 	}
-	conds = append(conds, keySQL(alias, cols, nullable)+" = "+u+".k COLLATE \"C\"")
+	conds = append(conds, KeySQL(alias, cols, nullable)+" = "+u+".k COLLATE \"C\"")
 	return strings.Join(conds, " AND ")
 }
 
-func partCol(i int) string { return "p" + itoa(i) }
+// PartCol names the i-th key part column of KeyArgs' unnest.
+func PartCol(i int) string { return "p" + Itoa(i) }
 
-func itoa(i int) string {
+// Itoa is strconv.Itoa for the small non-negative indexes of generated
+// column names.
+func Itoa(i int) string {
 	const digits = "0123456789"
 	if i < 10 {
 		return digits[i : i+1]
 	}
-	return itoa(i/10) + digits[i%10:i%10+1]
+	return Itoa(i/10) + digits[i%10:i%10+1]
 }
 
-// keyArgs turns keys into unnest arguments: $1 keys, then one text[] per
+// KeyArgs turns keys into unnest arguments: $1 keys, then one text[] per
 // column. The SQL is "unnest($1::text[], $2::text[], ...) AS u(k, p0, ...)".
-func keyArgs(keys []string, cols []keyCol, nullable bool) (args []any, unnest string, bad []string) {
+func KeyArgs(keys []string, cols []KeyCol, nullable bool) (args []any, unnest string, bad []string) {
 	n := len(cols)
 	cols2 := make([][]*string, n)
 	good := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts, ok := decodeKey(k, n, nullable)
+		parts, ok := DecodeKey(k, n, nullable)
 		if !ok {
 			bad = append(bad, k)
 			continue
@@ -170,8 +175,8 @@ func keyArgs(keys []string, cols []keyCol, nullable bool) (args []any, unnest st
 	names := []string{"k"}
 	for i := range n {
 		args = append(args, cols2[i])
-		ps = append(ps, "$"+itoa(i+2)+"::text[]")
-		names = append(names, partCol(i))
+		ps = append(ps, "$"+Itoa(i+2)+"::text[]")
+		names = append(names, PartCol(i))
 	}
 	return args, "unnest(" + strings.Join(ps, ", ") + ") AS u(" + strings.Join(names, ", ") + ")", bad
 }

@@ -1,9 +1,10 @@
-package engine
+package base
 
 import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -13,30 +14,30 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
-// errClass says what a worker does after a page, chunk or staging step
+// Class says what a worker does after a page, chunk or staging step
 // failed (§12.12).
-type errClass int
+type Class int
 
 const (
-	// errRetry: the database or the connection said "not now" (a lock, a
+	// Retry: the database or the connection said "not now" (a lock, a
 	// serialization failure, a cancel, a restart, a lost connection): the
 	// step is rolled back and retried without charging anyone.
-	errRetry errClass = iota
-	// errData: PostgreSQL refused the work itself (a data error, a missing
+	Retry Class = iota
+	// Data: PostgreSQL refused the work itself (a data error, a missing
 	// object, a permission): charged to the key, task or bucket, which is
 	// how failures reach quarantine, fuses and drain_failure.
-	errData
-	// errInternal: an error of ours, not of PostgreSQL's (a decode or scan
-	// error, a bad catalog row): charged like errData, so it surfaces in
+	Data
+	// Internal: an error of ours, not of PostgreSQL's (a decode or scan
+	// error, a bad catalog row): charged like Data, so it surfaces in
 	// status and logs instead of being retried forever at debug level.
-	errInternal
+	Internal
 )
 
-func (c errClass) String() string {
+func (c Class) String() string {
 	return [...]string{"retry", "data", "internal"}[c]
 }
 
-// retryCodes are the SQLSTATEs of errRetry.
+// retryCodes are the SQLSTATEs of Retry.
 var retryCodes = map[string]bool{
 	pgerr.SerializationFailure: true, pgerr.DeadlockDetected: true, pgerr.LockNotAvailable: true,
 	pgerr.QueryCanceled: true, pgerr.AdminShutdown: true,
@@ -47,19 +48,19 @@ var retryCodes = map[string]bool{
 	"53300": true, // too_many_connections
 }
 
-// classify sorts a worker step's error.
-func classify(err error) errClass {
+// Classify sorts a worker step's error.
+func Classify(err error) Class {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		if retryCodes[pe.Code] {
-			return errRetry
+			return Retry
 		}
-		return errData
+		return Data
 	}
 	if lostConnection(err) {
-		return errRetry
+		return Retry
 	}
-	return errInternal
+	return Internal
 }
 
 // lostConnection reports the errors pgx returns when the connection (or the
@@ -81,20 +82,39 @@ func lostConnection(err error) bool {
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
 }
 
-// transient reports errors after which a step is retried without charging
-// anyone (errRetry).
-func transient(err error) bool {
-	return err != nil && classify(err) == errRetry
+// Transient reports errors after which a step is retried without charging
+// anyone (Retry).
+func Transient(err error) bool {
+	return err != nil && Classify(err) == Retry
 }
 
-// errAttrs are the log attributes of a failure at info level and above:
+// ErrAttrs are the log attributes of a failure at info level and above:
 // PostgreSQL's message and detail can quote row values (an invalid input, a
 // duplicate key), so only the SQLSTATE is logged for errors of the
-// database; the message goes to debug (errDebugAttrs). An error of ours
+// database; the message goes to debug (errDebugAttrs in the engine). An error of ours
 // carries no row data and is logged whole.
-func errAttrs(err error) []any {
-	if code := codeOf(err); code != "" {
-		return []any{"sqlstate", code, "class", classify(err).String()}
+func ErrAttrs(err error) []any {
+	if code := Code(err); code != "" {
+		return []any{"sqlstate", code, "class", Classify(err).String()}
 	}
-	return []any{"err", err, "class", classify(err).String()}
+	return []any{"err", err, "class", Classify(err).String()}
+}
+
+// Code is err's SQLSTATE, or "" for an error not from PostgreSQL.
+func Code(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// Level is the log level of a step's failure: an Internal error is a bug of
+// ours and is logged at Error; the database refusing work is a Warn (it is
+// charged and shows in status).
+func Level(err error) slog.Level {
+	if Classify(err) == Internal {
+		return slog.LevelError
+	}
+	return slog.LevelWarn
 }

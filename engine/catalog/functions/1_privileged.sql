@@ -1,19 +1,16 @@
-package engine
+-- D9: clients never write the catalog. A Trellis statement runs as the
+-- client's role on the client's connection, so Postgres checks what the
+-- client may do (CREATE on the target schema, SELECT on the source); the
+-- catalog rows are written by the SECURITY DEFINER functions below, owned by
+-- the workers' role and executable by PUBLIC. Each takes the acting role,
+-- proves the session may act as it, and derives every permission from facts
+-- Postgres established (engine spec §12.8 "Privileges").
+--
+-- They are code, not data: Migrate replaces them on every run, so they
+-- follow the binary without a catalog format bump. Run after the versioned
+-- migrations.
 
-// D9: clients never write the catalog. A Trellis statement runs as the
-// client's role on the client's connection, so Postgres checks what the
-// client may do (CREATE on the target schema, SELECT on the source); the
-// catalog rows are written by the SECURITY DEFINER functions below, owned by
-// the workers' role and executable by PUBLIC. Each takes the acting role,
-// proves the session may act as it, and derives every permission from facts
-// Postgres established (engine spec §12.8 "Privileges").
-//
-// They are code, not data: Migrate replaces them on every run, so they
-// follow the binary without a catalog format bump.
 
-// privilegedFunctions is run by Migrate after the versioned migrations.
-// {{S}} is the quoted catalog schema.
-const privilegedFunctions = `
 CREATE OR REPLACE FUNCTION {{S}}._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
@@ -313,4 +310,3 @@ GRANT EXECUTE ON FUNCTION {{S}}._check_acting(regrole), {{S}}._instance_worker_r
   {{S}}._definition_of(regrole, oid), {{S}}._is_target(oid), {{S}}._find_transform(text),
   {{S}}._define(regrole, text, text, jsonb, jsonb, text, text, oid, text, jsonb, jsonb, text),
   {{S}}._drop_definition(regrole, text, text) TO PUBLIC;
-`

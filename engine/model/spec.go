@@ -1,4 +1,4 @@
-package engine
+package model
 
 import (
 	"fmt"
@@ -24,12 +24,12 @@ type TableName struct {
 	Name   string `json:"name"`
 }
 
-func (t TableName) sanitize() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
 
 func (t TableName) String() string { return t.Schema + "." + t.Name }
 
-// display is the name as a user wrote it: bare when no schema was given.
-func (t TableName) display() string {
+// Display is the name as a user wrote it: bare when no schema was given.
+func (t TableName) Display() string {
 	if t.Schema == "" {
 		return t.Name
 	}
@@ -90,14 +90,13 @@ type Spec struct {
 	Statement string     `json:"statement"` // canonical statement text, stored as definition_sql
 	GroupBy   []GroupKey `json:"group_by,omitempty"`
 	Fields    []Field    `json:"fields"`
-
-	formulas *formulaTrees // the trees the fields were rendered from, when just built
 }
 
 // IsAggregate reports whether the definition has a GROUP BY key space.
 func (s *Spec) IsAggregate() bool { return len(s.GroupBy) > 0 }
 
-func (s *Spec) kind() string {
+// Kind is the definition kind the catalog stores: one_to_one or aggregate.
+func (s *Spec) Kind() string {
 	if s.IsAggregate() {
 		return "aggregate"
 	}
@@ -108,8 +107,8 @@ func validationErr(code, variant, format string, args ...any) *pgerr.Error {
 	return pgerr.Newf(code, format, args...).WithClass("validation", variant)
 }
 
-// check verifies the static shape of a spec (the live catalog is checked by Define).
-func (s *Spec) check(targetSchema string) error {
+// Check verifies the static shape of a spec (the live catalog is checked by Define).
+func (s *Spec) Check(targetSchema string) error {
 	if s.Target.Schema == "" {
 		s.Target.Schema = targetSchema
 	}
@@ -119,9 +118,9 @@ func (s *Spec) check(targetSchema string) error {
 	if s.Target.Name == "" || s.Source.Name == "" {
 		return validationErr(pgerr.InvalidParameterValue, "InvalidDefinition", "a transform needs a target and a source table")
 	}
-	if len(s.Target.Name) > 63-len(ledgerSuffix) {
+	if len(s.Target.Name) > 63-len(LedgerSuffix) {
 		return pgerr.Newf(pgerr.NameTooLong, "target name %q is too long: at most %d bytes (the ledger %q suffix must fit)",
-			s.Target.Name, 63-len(ledgerSuffix), ledgerSuffix).WithClass("parse", "NameTooLong")
+			s.Target.Name, 63-len(LedgerSuffix), LedgerSuffix).WithClass("parse", "NameTooLong")
 	}
 	if len(s.Fields) == 0 && !s.IsAggregate() {
 		return validationErr(pgerr.InvalidParameterValue, "InvalidDefinition", "transform %s has no fields", s.Target)
@@ -170,16 +169,16 @@ func (s *Spec) check(targetSchema string) error {
 	return nil
 }
 
-// keyCol is a source identity column as resolved at define.
-type keyCol struct {
+// KeyCol is a source identity column as resolved at define.
+type KeyCol struct {
 	Name     string `json:"name"`
 	Type     string `json:"type"`      // type without modifier, for casting key parts
 	FullType string `json:"full_type"` // type with modifier and COLLATE clause, for CREATE TABLE
 }
 
-// argInfo is one distinct aggregate argument: a ledger column a<i> and its
+// ArgInfo is one distinct aggregate argument: a ledger column a<i> and its
 // hidden accumulators in the target.
-type argInfo struct {
+type ArgInfo struct {
 	Expr     string `json:"expr"`
 	Type     string `json:"type"`
 	SumType  string `json:"sum_type,omitempty"`
@@ -187,34 +186,103 @@ type argInfo struct {
 	NeedTrue bool   `json:"need_true,omitempty"`
 }
 
-// compiled is what the catalog stores in _definitions.compiled: the spec
+// Compiled is what the catalog stores in _definitions.compiled: the spec
 // plus everything Define resolved against the live catalog.
-type compiled struct {
+type Compiled struct {
 	Spec        Spec      `json:"spec"`
 	SourceText  string    `json:"source_text"` // canonical name as in _change_log.src_table
 	TargetText  string    `json:"target_text"`
-	Key         []keyCol  `json:"key"`
+	Key         []KeyCol  `json:"key"`
 	KeyNullable bool      `json:"key_nullable"`
 	GroupTypes  []string  `json:"group_types,omitempty"`
 	GroupBase   []string  `json:"group_base,omitempty"`
 	FieldTypes  []string  `json:"field_types"`
-	Args        []argInfo `json:"args,omitempty"`
+	Args        []ArgInfo `json:"args,omitempty"`
 	FieldArg    []int     `json:"field_arg,omitempty"` // per field: index into Args, -1 for COUNT(*)
 	Recompute   []bool    `json:"recompute,omitempty"` // per field: recomputed from the ledger
 	NeedSrcKey  bool      `json:"need_src_key,omitempty"`
 }
 
-const ledgerSuffix = "__ledger"
+// LedgerSuffix names a target's ledger table: <target>__ledger.
+const LedgerSuffix = "__ledger"
 
-func (c *compiled) target() string { return c.Spec.Target.sanitize() }
-func (c *compiled) ledger() string {
-	return pgx.Identifier{c.Spec.Target.Schema, c.Spec.Target.Name + ledgerSuffix}.Sanitize()
+// Target, Ledger and Source are the quoted, schema-qualified tables.
+func (c *Compiled) Target() string { return c.Spec.Target.Quoted() }
+func (c *Compiled) Ledger() string {
+	return pgx.Identifier{c.Spec.Target.Schema, c.Spec.Target.Name + LedgerSuffix}.Sanitize()
 }
-func (c *compiled) source() string { return c.Spec.Source.sanitize() }
+func (c *Compiled) Source() string { return c.Spec.Source.Quoted() }
 
-func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+func (c *Compiled) String() string { return fmt.Sprintf("%s <- %s", c.TargetText, c.SourceText) }
 
-// lit renders a SQL string literal (standard_conforming_strings is on since PG 9.1).
-func lit(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// AggSQLName is the SQL aggregate function of an aggregate kind.
+func AggSQLName(k AggKind) string { return aggSQLName[k] }
 
-func (c *compiled) String() string { return fmt.Sprintf("%s <- %s", c.TargetText, c.SourceText) }
+// Reads are the source columns the definition reads, each once, GROUP BY
+// keys first.
+func (s *Spec) Reads() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(cols []string) {
+		for _, c := range cols {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	for _, g := range s.GroupBy {
+		add(g.Reads)
+	}
+	for _, f := range s.Fields {
+		add(f.Reads)
+	}
+	return out
+}
+
+// TargetIdentity is the key a reader of this definition's target uses.
+func (c *Compiled) TargetIdentity() ([]KeyCol, bool) {
+	if !c.Spec.IsAggregate() {
+		return c.Key, c.KeyNullable
+	}
+	out := make([]KeyCol, len(c.Spec.GroupBy))
+	for i, g := range c.Spec.GroupBy {
+		out[i] = KeyCol{Name: g.Name, Type: c.GroupBase[i], FullType: c.GroupTypes[i]}
+	}
+	return out, true
+}
+
+// ResolveArgs numbers the distinct aggregate arguments (Args, FieldArg).
+func (c *Compiled) ResolveArgs() {
+	c.FieldArg = make([]int, len(c.Spec.Fields))
+	idx := map[string]int{}
+	for i, f := range c.Spec.Fields {
+		if f.Agg == AggCountStar {
+			c.FieldArg[i] = -1
+			continue
+		}
+		j, ok := idx[f.Expr]
+		if !ok {
+			j = len(c.Args)
+			idx[f.Expr] = j
+			c.Args = append(c.Args, ArgInfo{Expr: f.Expr})
+		}
+		c.FieldArg[i] = j
+	}
+}
+
+// SourceColumns is what the reply shows as source_columns: the columns the
+// definition reads, with their types in the live source, and a 1-1
+// target's key.
+func (c *Compiled) SourceColumns(types map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, n := range c.Spec.Reads() {
+		out[n] = types[n]
+	}
+	if !c.Spec.IsAggregate() {
+		for _, k := range c.Key {
+			out[k.Name] = k.FullType
+		}
+	}
+	return out
+}

@@ -1,11 +1,9 @@
-package engine
+-- The catalog parts of PAUSE and RESUME (engine spec §12.8 table): SECURITY
+-- DEFINER, owned by the workers' role, executable by PUBLIC; each proves the
+-- session may act as the claimed role and that the role owns the transform
+-- (D9). Migrate replaces them on every run, like 1_privileged.sql.
 
-// lifecycleFunctions are the catalog parts of PAUSE and RESUME (engine spec
-// §12.8 table): SECURITY DEFINER, owned by the workers' role, executable by
-// PUBLIC; each proves the session may act as the claimed role and that the
-// role owns the transform (D9). Migrate replaces them on every run, like
-// privilegedFunctions. {{S}} is the quoted catalog schema.
-const lifecycleFunctions = `
+
 -- The definition fence (fence.go), exclusive, until the transaction ends:
 -- taken before the definition row's FOR UPDATE by every lifecycle function.
 -- When it is held, the build steps holding this definition's fence and the
@@ -244,4 +242,3 @@ REVOKE ALL ON FUNCTION {{S}}._lifecycle_check(regrole, bigint), {{S}}._fence_def
 GRANT EXECUTE ON FUNCTION {{S}}._request_backfill(regrole, oid, text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._lifecycle_lock(regrole, text, text), {{S}}._lifecycle_pause(regrole, bigint),
   {{S}}._lifecycle_resume(regrole, bigint) TO PUBLIC;
-`

@@ -1,0 +1,3 @@
+-- 14: an empty slot of the trust boundary (see 12).
+
+SELECT 1;

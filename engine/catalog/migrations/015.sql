@@ -1,0 +1,3 @@
+-- 15: an empty slot of the trust boundary (see 12).
+
+SELECT 1;
