@@ -209,56 +209,105 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
 		return err
 	}
-	batch, bucket, afterTable, afterKey, hasTruncate := pa.batch, pa.bucket, pa.afterTable, pa.afterKey, pa.hasTruncate
-	first := afterTable == nil
-	window := e.batchWindow(false)
 	// Truncates first, in the bucket's first page (a truncate batch has one bucket).
-	var truncated []string
-	var tOrigin *string
-	var tUnknown bool
-	var tHop int16
-	if first && hasTruncate {
-		rows, err := tx.Query(ctx, `SELECT c.src_table, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
-			window+` AND c.key IS NULL AND c.op = 'truncate' GROUP BY c.src_table ORDER BY 1`, batch)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var t string
-			var unk bool
-			var o *string
-			var h int16
-			if err := rows.Scan(&t, &unk, &o, &h); err != nil {
-				rows.Close()
-				return err
-			}
-			truncated = append(truncated, t)
-			tUnknown = tUnknown || unk
-			if o != nil && (tOrigin == nil || lsnLess(*o, *tOrigin)) {
-				tOrigin = o
-			}
-			tHop = max(tHop, h)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+	var tr pageTruncates
+	if pa.afterTable == nil && pa.hasTruncate {
+		var err error
+		if tr, err = e.readTruncates(ctx, tx, pa.batch); err != nil {
 			return err
 		}
 	}
 	at, ak := "", ""
-	if afterTable != nil {
-		at = *afterTable
+	if pa.afterTable != nil {
+		at = *pa.afterTable
 	}
-	if afterKey != nil {
-		ak = *afterKey
+	if pa.afterKey != nil {
+		ak = *pa.afterKey
 	}
-	rows, err := e.pageKeys(ctx, tx, pa, at, ak)
+	keys, meta, po, err := e.readPageKeys(ctx, tx, pa, at, ak, tr, waited)
 	if err != nil {
 		return err
 	}
+	// Chained targets inherit the page's least origin and next hop (§12.7).
+	o := "unknown"
+	if !po.unknown && po.origin != nil {
+		o = *po.origin
+	}
+	if (len(keys) > 0 || len(tr.tables) > 0) && !e.plant.noOriginInheritance {
+		if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', $1, true), set_config('trellis.hop', $2, true), set_config('trellis.origin_at', $3, true)",
+			o, fmt.Sprint(po.hop+1), originAtSetting(po.originAt)); err != nil {
+			return err
+		}
+	}
+	if err := e.applyPageShares(ctx, tx, pa, keys, meta, tr, probe); err != nil {
+		return err
+	}
+	if err := e.finishPage(ctx, tx, pa, keys, at, ak); err != nil {
+		return err
+	}
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("before-commit")
+	}
+	return nil
+}
+
+// pageTruncates are the truncates of a truncate batch's page: the tables,
+// their least origin (unknown when any has none) and greatest hop.
+type pageTruncates struct {
+	tables  []string
+	origin  *string
+	unknown bool
+	hop     int16
+}
+
+func (e *Engine) readTruncates(ctx context.Context, tx pgx.Tx, batch int64) (pageTruncates, error) {
+	var tr pageTruncates
+	rows, err := tx.Query(ctx, `SELECT c.src_table, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
+		e.batchWindow(false)+` AND c.key IS NULL AND c.op = 'truncate' GROUP BY c.src_table ORDER BY 1`, batch)
+	if err != nil {
+		return tr, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t string
+		var unk bool
+		var o *string
+		var h int16
+		if err := rows.Scan(&t, &unk, &o, &h); err != nil {
+			return tr, err
+		}
+		tr.tables = append(tr.tables, t)
+		tr.unknown = tr.unknown || unk
+		if o != nil && (tr.origin == nil || lsnLess(*o, *tr.origin)) {
+			tr.origin = o
+		}
+		tr.hop = max(tr.hop, h)
+	}
+	return tr, rows.Err()
+}
+
+// pageOrigin is what a page's writes pass down a chain: the least origin
+// of its keys and truncates (unknown when any has none), the greatest hop
+// and the oldest original write (0: none).
+type pageOrigin struct {
+	origin   *string
+	unknown  bool
+	hop      int16
+	originAt float64
+}
+
+// readPageKeys reads the page's keys past (at, ak) with each key's origin,
+// hop and age; waited becomes the oldest key's wait.
+func (e *Engine) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string, tr pageTruncates,
+	waited *time.Duration) ([]pageKey, map[pageKey]keyMeta, pageOrigin, error) {
+	po := pageOrigin{origin: tr.origin, unknown: tr.unknown, hop: tr.hop}
+	rows, err := e.pageKeys(ctx, tx, pa, at, ak)
+	if err != nil {
+		return nil, nil, po, err
+	}
+	defer rows.Close()
 	var keys []pageKey
 	meta := map[pageKey]keyMeta{}
-	origin, unknown, hop := tOrigin, tUnknown, tHop
-	var originAt float64 // the page's oldest original write (0: none), passed down a chain
 	for rows.Next() {
 		var k pageKey
 		var unk bool
@@ -266,8 +315,7 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool
 		var h int16
 		var age, at, e2eAge float64
 		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge); err != nil {
-			rows.Close()
-			return err
+			return nil, nil, po, err
 		}
 		if d := time.Duration(age * float64(time.Second)); d > *waited {
 			*waited = d
@@ -278,29 +326,21 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool
 		} else {
 			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge}
 		}
-		originAt = minAt(originAt, at)
-		unknown = unknown || unk
-		if o != nil && (origin == nil || lsnLess(*o, *origin)) {
-			origin = o
+		po.originAt = minAt(po.originAt, at)
+		po.unknown = po.unknown || unk
+		if o != nil && (po.origin == nil || lsnLess(*o, *po.origin)) {
+			po.origin = o
 		}
-		hop = max(hop, h)
+		po.hop = max(po.hop, h)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	last := len(keys) < e.cfg.PageSize
-	// Chained targets inherit the page's least origin and next hop (§12.7).
-	o := "unknown"
-	if !unknown && origin != nil {
-		o = *origin
-	}
-	if (len(keys) > 0 || len(truncated) > 0) && !e.plant.noOriginInheritance {
-		if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', $1, true), set_config('trellis.hop', $2, true), set_config('trellis.origin_at', $3, true)",
-			o, fmt.Sprint(hop+1), originAtSetting(originAt)); err != nil {
-			return err
-		}
-	}
+	return keys, meta, po, rows.Err()
+}
+
+// applyPageShares applies the page's keys, grouped by table, to every
+// definition reading them, each definition's share on its own, under the
+// fence (§12.6 steps 2-3).
+func (e *Engine) applyPageShares(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pageKey, meta map[pageKey]keyMeta,
+	tr pageTruncates, probe bool) error {
 	byTable := map[string][]pageKey{}
 	var tables []string
 	for i, k := range keys {
@@ -312,59 +352,66 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool
 		}
 		byTable[k.table] = append(byTable[k.table], k)
 	}
-	for _, t := range truncated {
+	for _, t := range tr.tables {
 		if _, ok := byTable[t]; !ok {
 			tables = append(tables, t)
 			byTable[t] = nil
 		}
 	}
-	if len(tables) > 0 {
-		// Fence: readers applying now, share-locked against pause/drop/alter, in id order.
-		defs, skipped, err := e.readers(ctx, tx, tables)
-		if err != nil {
-			return err
-		}
-		if err := e.deferKeys(ctx, tx, skipped, byTable, meta, truncated, tOrigin, tUnknown, tHop); err != nil {
-			return err
-		}
-		if e.log.Enabled(ctx, slog.LevelDebug) {
-			var rs []string
-			for _, d := range defs {
-				rs = append(rs, fmt.Sprintf("%d@%d", d.cd.id, d.cd.version))
-			}
-			ks := keys
-			if len(ks) > 40 {
-				ks = ks[:40]
-			}
-			e.log.Debug("page", "batch", batch, "bucket", bucket, "keys", len(keys), "readers", rs, "first", ks, "probe", probe)
-		}
-		// Keys held for a definition are skipped by it alone (§12.12 evict).
-		held, err := e.poisonedKeys(ctx, tx, defs, keys, meta, probe)
-		if err != nil {
-			return err
-		}
+	if len(tables) == 0 {
+		return nil
+	}
+	// Fence: readers applying now, share-locked against pause/drop/alter, in id order.
+	defs, skipped, err := e.readers(ctx, tx, tables)
+	if err != nil {
+		return err
+	}
+	if err := e.deferKeys(ctx, tx, skipped, byTable, meta, tr.tables, tr.origin, tr.unknown, tr.hop); err != nil {
+		return err
+	}
+	if e.log.Enabled(ctx, slog.LevelDebug) {
+		var rs []string
 		for _, d := range defs {
-			ks := byTable[d.table]
-			if h := held[d.cd.id]; len(h) > 0 {
-				kept := make([]pageKey, 0, len(ks))
-				for _, k := range ks {
-					if !h[k] {
-						kept = append(kept, k)
-					}
+			rs = append(rs, fmt.Sprintf("%d@%d", d.cd.id, d.cd.version))
+		}
+		ks := keys
+		if len(ks) > 40 {
+			ks = ks[:40]
+		}
+		e.log.Debug("page", "batch", pa.batch, "bucket", pa.bucket, "keys", len(keys), "readers", rs, "first", ks, "probe", probe)
+	}
+	// Keys held for a definition are skipped by it alone (§12.12 evict).
+	held, err := e.poisonedKeys(ctx, tx, defs, keys, meta, probe)
+	if err != nil {
+		return err
+	}
+	for _, d := range defs {
+		ks := byTable[d.table]
+		if h := held[d.cd.id]; len(h) > 0 {
+			kept := make([]pageKey, 0, len(ks))
+			for _, k := range ks {
+				if !h[k] {
+					kept = append(kept, k)
 				}
-				ks = kept
 			}
-			if err := e.applyShare(ctx, tx, d, ks, meta, probe, slices.Contains(truncated, d.table), pageShare{
-				truncated: truncated, tOrigin: tOrigin, tUnknown: tUnknown, tHop: tHop}); err != nil {
-				return fmt.Errorf("applying %s: %w", d.cd.C.TargetText, err)
-			}
+			ks = kept
+		}
+		if err := e.applyShare(ctx, tx, d, ks, meta, probe, slices.Contains(tr.tables, d.table), pageShare{
+			truncated: tr.tables, tOrigin: tr.origin, tUnknown: tr.unknown, tHop: tr.hop}); err != nil {
+			return fmt.Errorf("applying %s: %w", d.cd.C.TargetText, err)
 		}
 	}
-	var lt, lk *string
+	return nil
+}
+
+// finishPage moves the bucket's cursor past the page's last key (or keeps
+// it at (at, ak) for an empty page), and on the bucket's last page marks it
+// done and flips the batch when it was the last bucket (§12.6 step 5).
+func (e *Engine) finishPage(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pageKey, at, ak string) error {
+	last := len(keys) < e.cfg.PageSize
+	lt, lk := &at, &ak
 	if len(keys) > 0 {
 		lt, lk = &keys[len(keys)-1].table, &keys[len(keys)-1].key
-	} else {
-		lt, lk = &at, &ak
 	}
 	state := "open"
 	if last {
@@ -372,28 +419,26 @@ func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET after_table = $3, after_key = $4, state = $5, pages = pages + 1,
 		attempts = 0, last_error = NULL, last_sqlstate = NULL, next_attempt_at = NULL, failed_since = NULL, failed_last = NULL
-		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), batch, bucket, *lt, *lk, state); err != nil {
+		WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), pa.batch, pa.bucket, *lt, *lk, state); err != nil {
 		return err
 	}
-	if last {
-		// One statement, so two workers finishing the last two buckets cannot
-		// both conclude "not yet" (H8).
-		var drained string
-		if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s
-			SET done_mask  = done_mask | (1::bigint << $2),
-			    state      = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN 'drained' ELSE state END,
-			    drained_at = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN now() END
-			WHERE seq = $1 RETURNING state`, e.tbl("_batches")), batch, int(bucket)).Scan(&drained); err != nil {
+	if !last {
+		return nil
+	}
+	// One statement, so two workers finishing the last two buckets cannot
+	// both conclude "not yet" (H8).
+	var drained string
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s
+		SET done_mask  = done_mask | (1::bigint << $2),
+		    state      = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN 'drained' ELSE state END,
+		    drained_at = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN now() END
+		WHERE seq = $1 RETURNING state`, e.tbl("_batches")), pa.batch, int(pa.bucket)).Scan(&drained); err != nil {
+		return err
+	}
+	if drained == "drained" {
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", e.channel("drained")); err != nil {
 			return err
 		}
-		if drained == "drained" {
-			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", e.channel("drained")); err != nil {
-				return err
-			}
-		}
-	}
-	if e.plant.pageHook != nil {
-		e.plant.pageHook("before-commit")
 	}
 	return nil
 }

@@ -21,9 +21,7 @@ const (
 // sizeExceptions are the functions allowed over maxFuncLines, each with why
 // (docs/architecture.md lists them too). Key: the path from the module
 // root, a colon, the function's name (Type.Method for a method).
-var sizeExceptions = map[string]string{
-	"engine/drain.go:Engine.applyPage": "main reworked it concurrently (issue 18: pageAt, bulk keys); it is cut into its steps after that merge",
-}
+var sizeExceptions = map[string]string{}
 
 // checkSizes reports files over maxFileLines and functions over
 // maxFuncLines (outside tests, and not excepted) under dir.
