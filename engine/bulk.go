@@ -56,32 +56,33 @@ func bulkBatchKeys(pageSize int) int { return bulkFactor * pageSize }
 // every undrained batch before the first undrained truncate batch, or that
 // truncate batch alone once it is the oldest.
 func (e *Engine) drainableBatchesSQL() string {
-	return fmt.Sprintf(`SELECT b.seq, b.bucket_count, b.has_truncate FROM %[1]s b
+	return fmt.Sprintf(`SELECT b.seq, b.bucket_count, b.has_truncate, b.row_count FROM %[1]s b
 		WHERE b.state <> 'drained' AND b.seq <= coalesce((SELECT min(t.seq) FROM %[1]s t WHERE t.state <> 'drained' AND t.has_truncate), %[2]d)
 		  AND (NOT b.has_truncate OR b.seq = (SELECT min(o.seq) FROM %[1]s o WHERE o.state <> 'drained'))
 		ORDER BY b.seq LIMIT %[3]d`, e.tbl("_batches"), int64(math.MaxInt64), maxUndrainedBatches)
 }
 
-// drainedSnapSQL selects the snapshot of the drained prefix: the newest
-// batch before which every batch has drained. The newest drained batch
-// alone says nothing of the batches before it.
+// drainedSnapSQL selects the snapshot of the drained prefix (catalog
+// function _drained_prefix): the newest batch before which every batch has
+// drained. The newest drained batch alone says nothing of the batches
+// before it.
 func (e *Engine) drainedSnapSQL() string {
-	return fmt.Sprintf(`SELECT snap FROM %[1]s WHERE state = 'drained'
-		AND seq < coalesce((SELECT min(u.seq) FROM %[1]s u WHERE u.state <> 'drained'), %[2]d) ORDER BY seq DESC LIMIT 1`,
-		e.tbl("_batches"), int64(math.MaxInt64))
+	return fmt.Sprintf(`SELECT snap FROM %s WHERE seq = %s()`, e.tbl("_batches"), e.tbl("_drained_prefix"))
 }
 
 // pageKeys returns the page's keys past (at, ak) with their origin, hop and
 // ages, materialising a large bucket's keys on its first page.
 func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string) (pgx.Rows, error) {
 	keyed := pa.keyed
-	if !keyed && pa.afterTable == nil {
+	// A bucket holds at most its batch's keys: only a bulk batch's first
+	// pages count theirs (no extra query for the common small batch).
+	if !keyed && pa.afterTable == nil && pa.batchKeys > int64(bulkBatchKeys(e.cfg.PageSize)) {
 		var n int64
 		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(coalesce(cardinality(c.keys), 1)), 0)::int8 `+e.batchWindow(false)+
 			` AND c.change_id % $2 = $3`, pa.batch, pa.bucketCount, pa.bucket).Scan(&n); err != nil {
 			return nil, err
 		}
-		if n > int64(bulkFactor*e.cfg.PageSize) {
+		if n > int64(bulkBatchKeys(e.cfg.PageSize)) {
 			if err := e.materializeKeys(ctx, tx, pa); err != nil {
 				return nil, err
 			}

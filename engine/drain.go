@@ -143,14 +143,15 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	var bucket, bucketCount int16
 	var afterTable, afterKey *string
 	var hasTruncate, keyed bool
+	var batchKeys int64
 	err = tx.QueryRow(ctx, fmt.Sprintf(`
-		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate, bb.keyed
+		SELECT bb.batch_seq, bb.bucket, bb.after_table, bb.after_key, b.bucket_count, b.has_truncate, bb.keyed, b.row_count
 		FROM %[1]s bb JOIN (%[3]s) b ON bb.batch_seq = b.seq
 		WHERE bb.state = 'open' AND (coalesce(bb.next_attempt_at, '-infinity') <= now() OR $1)
 		  AND ($2 < 0 OR (bb.batch_seq = $2 AND bb.bucket = $3))
 		ORDER BY bb.pages, bb.batch_seq, bb.bucket LIMIT 1 FOR UPDATE OF bb SKIP LOCKED`,
 		e.tbl("_batch_buckets"), e.tbl("_batches"), e.drainableBatchesSQL()), probe, onlyBatch, onlyBucket).
-		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate, &keyed)
+		Scan(&batch, &bucket, &afterTable, &afterKey, &bucketCount, &hasTruncate, &keyed, &batchKeys)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, ref, nil
 	}
@@ -163,7 +164,7 @@ func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (
 	t0 := time.Now()
 	pctx, tally := withTally(ctx)
 	perr := e.applyPage(pctx, tx, pageAt{batch: batch, bucket: bucket, bucketCount: bucketCount,
-		afterTable: afterTable, afterKey: afterKey, hasTruncate: hasTruncate, keyed: keyed}, probe, &waited)
+		afterTable: afterTable, afterKey: afterKey, hasTruncate: hasTruncate, keyed: keyed, batchKeys: batchKeys}, probe, &waited)
 	if perr == nil {
 		perr = tx.Commit(ctx)
 		if perr == nil {
@@ -186,7 +187,8 @@ type pageAt struct {
 	bucket, bucketCount  int16
 	afterTable, afterKey *string
 	hasTruncate          bool
-	keyed                bool // its keys are in _batch_keys (bulk.go)
+	keyed                bool  // its keys are in _batch_keys (bulk.go)
+	batchKeys            int64 // the batch's changed keys (_batches.row_count)
 }
 
 // batchWindow is the FROM and WHERE of batch $1's log rows; keyed, each

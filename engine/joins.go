@@ -67,13 +67,10 @@ type joinedTable struct {
 // returns the first failure, or NotYetSupported when all pass.
 func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.TransformStmt) error {
 	items := make([]joinedTable, 0, 1+len(st.Joins))
-	names := append([]grammar.QualifiedName{st.Source}, func() []grammar.QualifiedName {
-		var ns []grammar.QualifiedName
-		for _, j := range st.Joins {
-			ns = append(ns, j.Table)
-		}
-		return ns
-	}()...)
+	names := []grammar.QualifiedName{st.Source}
+	for _, j := range st.Joins {
+		names = append(names, j.Table)
+	}
 	// Every item resolves, and the caller may read it.
 	for _, name := range names {
 		it, err := e.resolveItem(ctx, q, name)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -653,8 +652,6 @@ DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
 	}
 	// A batch row is kept while a later batch is undrained: its snapshot
 	// is that batch's window's lower edge.
-	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE state = 'drained'
-		AND seq < (SELECT max(seq) FROM %[1]s WHERE state = 'drained'
-		           AND seq < coalesce((SELECT min(seq) FROM %[1]s WHERE state <> 'drained'), %[2]d))`, e.tbl("_batches"), int64(math.MaxInt64)))
+	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE state = 'drained' AND seq < %s()`, e.tbl("_batches"), e.tbl("_drained_prefix")))
 	return done && keysDone && err == nil, err
 }

@@ -348,7 +348,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 	keyExpr := map[string]string{}
 	for _, k := range res.Keys {
 		if k.Rel != "" {
-			return nil, nil, notYetRelationships(k.Key.Pos)
+			return nil, nil, joinsNotYet(k.Key.Pos)
 		}
 		col := k.Key.Column()
 		expr := SourceColumn(col)
@@ -384,7 +384,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 				cols = append(cols, reads[r.Field]...)
 				return "(" + rendered[r.Field] + ")", nil
 			}
-			return "", notYetRelationships(ref.Pos)
+			return "", joinsNotYet(ref.Pos)
 		})
 		return sql, cols, err
 	}
@@ -461,10 +461,6 @@ func aggKind(f *grammar.FuncCall) AggKind {
 	default:
 		return AggKind(name)
 	}
-}
-
-func notYetRelationships(pos grammar.Pos) error {
-	return joinsNotYet(pos)
 }
 
 // joinsNotYet refuses a TRANSFORM with JOIN items: the grammar parses and

@@ -211,10 +211,10 @@ func bulkCell(ctx context.Context, l *engineLab, shape bulkShape, n int, side bo
 		s := summarizeLatencies(paced.LatBy["side_t"])
 		r.Side, r.SideRate = &s, paced.Offered
 	}
-	if err := pool.QueryRow(ctx, shape.Progress).Scan(&r.Done); err != nil {
-		return r, err
-	}
 	if waitErr != nil {
+		if err := pool.QueryRow(ctx, shape.Progress).Scan(&r.Done); err != nil {
+			return r, err
+		}
 		if ctx.Err() != nil {
 			return r, ctx.Err()
 		}

@@ -267,11 +267,15 @@ CREATE TABLE "trellis"._batch_keys (
   WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 20000);
 ALTER TABLE "trellis"._batch_buckets ADD COLUMN keyed boolean NOT NULL DEFAULT false;
 -- migration 22
+CREATE FUNCTION "trellis"._drained_prefix() RETURNS bigint LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT max(seq) FROM "trellis"._batches WHERE state = 'drained'
+    AND seq < coalesce((SELECT min(u.seq) FROM "trellis"._batches u WHERE u.state <> 'drained'), 9223372036854775807);
+$fn$;
+
 CREATE OR REPLACE FUNCTION "trellis"._converged(token pg_lsn, viewer name) RETURNS boolean LANGUAGE sql STABLE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  WITH d AS (SELECT snap FROM "trellis"._batches WHERE state = 'drained'
-    AND seq < coalesce((SELECT min(u.seq) FROM "trellis"._batches u WHERE u.state <> 'drained'), 9223372036854775807)
-    ORDER BY seq DESC LIMIT 1)
+  WITH d AS (SELECT snap FROM "trellis"._batches WHERE seq = "trellis"._drained_prefix())
   SELECT NOT EXISTS (SELECT 1 FROM "trellis"._change_log c, d
                      WHERE (c.origin_lsn IS NULL OR c.origin_lsn <= token)
                        AND NOT pg_visible_in_snapshot(c.txid, d.snap))

@@ -135,8 +135,7 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 	// statement's keys) not yet covered by the drained prefix (batches
 	// drain out of order, engine/bulk.go). Its
 	// cost grows with the backlog, which run's stretched interval bounds.
-	b.Queue(fmt.Sprintf(`WITH d AS (SELECT snap FROM %[1]s._batches WHERE state = 'drained'
-		  AND seq < coalesce((SELECT min(u.seq) FROM %[1]s._batches u WHERE u.state <> 'drained'), 9223372036854775807) ORDER BY seq DESC LIMIT 1)
+	b.Queue(fmt.Sprintf(`WITH d AS (SELECT snap FROM %[1]s._batches WHERE seq = %[1]s._drained_prefix())
 		SELECT c.src_table, sum(coalesce(cardinality(c.keys), 1))::int8, extract(epoch FROM now() - min(c.staged_at))::float8
 		FROM %[1]s._change_log c, d WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) GROUP BY c.src_table`, S))
 	b.Queue(fmt.Sprintf(`SELECT r.definition_id, r.table_name FROM %[1]s._definition_reads r`, S))
