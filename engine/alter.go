@@ -63,7 +63,14 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	}
 
 	// Stages C and D of define on the merged definition (grammar §9.2).
-	src, err := e.resolveSource(ctx, q, merged.Source)
+	// A JOIN target's FROM and JOIN items are not editable; its joined
+	// tables resolve again as at define.
+	var src *resolvedSource
+	if len(merged.Joins) > 0 {
+		src, err = e.checkJoinTarget(ctx, q, merged)
+	} else {
+		src, err = e.resolveSource(ctx, q, merged.Source)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +111,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 		return nil, err
 	}
 	now := &compiled{Spec: *spec, SourceText: d.c.SourceText, TargetText: d.c.TargetText, Key: d.c.Key, KeyNullable: d.c.KeyNullable}
+	now.Spec.Joins = d.c.Spec.Joins // resolved at define: the same items
 	if err := e.resolveTypes(ctx, q, now); err != nil {
 		return nil, err
 	}

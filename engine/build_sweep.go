@@ -194,7 +194,7 @@ func absentFromSource(ctx context.Context, q Querier, c *compiled, keys []string
 		return nil, nil
 	}
 	args, unnest, bad := model.KeyArgs(keys, c.Key, c.KeyNullable)
-	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.Source()+" AS "+base.Ident(SourceAlias)+
+	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.FromSQL()+
 		" WHERE "+model.KeyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
 	if err != nil {
 		return nil, err

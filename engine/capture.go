@@ -192,7 +192,16 @@ func (e *Engine) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defR
 	for _, d := range defs {
 		for _, r := range d.reads {
 			if _, ok := plans[r.table]; !ok {
-				plans[r.table] = e.inst().NewCapturePlan(r.table, d.c.Key, d.c.KeyNullable)
+				key, nullable := d.c.Key, d.c.KeyNullable
+				if r.role == "to_one" {
+					// A joined table's capture logs its own identity.
+					for _, j := range d.c.Spec.Joins {
+						if j.Text == r.table {
+							key, nullable = j.Key, j.KeyNullable
+						}
+					}
+				}
+				plans[r.table] = e.inst().NewCapturePlan(r.table, key, nullable)
 			}
 		}
 	}

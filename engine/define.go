@@ -87,6 +87,10 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if err := e.targetFree(ctx, q, spec); err != nil {
 		return nil, err
 	}
+	joined, err := e.resolveJoins(ctx, q, c)
+	if err != nil {
+		return nil, err
+	}
 
 	if err := e.resolveTypes(ctx, q, c); err != nil {
 		return nil, err
@@ -110,14 +114,14 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	if upstream != nil {
 		role = "upstream_target"
 	}
-	cols, _ := json.Marshal(spec.Reads())
+	cols, _ := json.Marshal(spec.ItemReads(0))
 	// The catalog rows and the tables (owned by the workers' role, D20) are
 	// written by a SECURITY DEFINER function that re-checks privileges for
 	// the acting role (D9).
 	ts, _ := json.Marshal(tshape)
 	ls, _ := json.Marshal(lshape)
-	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1, $2, $3, $4, $5, $6, $7::oid, $8, $9, $10, $11)`,
-		base.Ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.Kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role).Scan(&d.ID)
+	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._define(current_user::regrole, $1, $2, $3, $4, $5, $6, $7::oid, $8, $9, $10, $11, $12)`,
+		base.Ident(e.cfg.Schema)), spec.Target.Schema, spec.Target.Name, ts, ls, spec.Kind(), c.SourceText, srcOID, spec.Statement, raw, cols, role, joined).Scan(&d.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +274,7 @@ func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail strin
 	if len(exprs) == 0 {
 		return nil, nil, nil
 	}
-	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+" AS "+base.Ident(SourceAlias)+tail+" LIMIT 0")
+	rows, err := q.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+from+tail+" LIMIT 0")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -302,7 +306,7 @@ var exactSum = map[string]bool{"smallint": true, "integer": true, "bigint": true
 var intType = map[string]bool{"smallint": true, "integer": true, "bigint": true}
 
 func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error {
-	src := c.Source()
+	src := c.FromSQL()
 	spec := &c.Spec
 	if !spec.IsAggregate() {
 		exprs := make([]string, len(spec.Fields))

@@ -446,7 +446,10 @@ func (e *Engine) finishPage(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pa
 }
 
 type readerDef struct {
-	table   string
+	table string
+	// joined: the definition reads table as a JOIN item (a change fans
+	// out to the FROM keys reading it, fanout.go), not as its source.
+	joined  bool
 	cd      *compiledDef
 	failing bool // its share of an earlier page failed (_page_failures)
 	// chainEnd: no transform reads its target (the last of its chain).
@@ -474,7 +477,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	// A heap build's definition is skipped (its keys deferred) without
 	// trying its fence: no page writes it until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH cand AS (
-		  SELECT d.id, r.table_name, %[4]s AS heap
+		  SELECT d.id, r.table_name, r.role, %[4]s AS heap
 		  FROM %[1]s d JOIN %[2]s r ON r.definition_id = d.id
 		  WHERE r.table_name = ANY($1) AND d.status IN ('backfilling', 'live')),
 		fenced AS MATERIALIZED (
@@ -485,11 +488,11 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		    AND NOT %[4]s
 		    AND NOT EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = d.id AND pf.next_attempt_at > now())
 		  ORDER BY d.id FOR SHARE OF d SKIP LOCKED)
-		SELECT cand.id, cand.table_name, locked.id IS NOT NULL, locked.version, locked.compiled,
+		SELECT cand.id, cand.table_name, cand.role, locked.id IS NOT NULL, locked.version, locked.compiled,
 		  EXISTS (SELECT 1 FROM %[5]s pf WHERE pf.definition_id = cand.id),
 		  NOT EXISTS (SELECT 1 FROM %[1]s t JOIN %[2]s r ON r.table_name = t.target_table WHERE t.id = cand.id)
 		FROM cand LEFT JOIN locked ON locked.id = cand.id
-		ORDER BY cand.id`, e.tbl("_definitions"), e.tbl("_definition_reads"),
+		ORDER BY cand.id, cand.role`, e.tbl("_definitions"), e.tbl("_definition_reads"),
 		e.tryFencesSQL("ARRAY(SELECT DISTINCT id FROM cand WHERE NOT heap ORDER BY id)", false), heapBuilding("d"),
 		e.tbl("_page_failures")), tables)
 	if err != nil {
@@ -500,6 +503,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		version *int64
 		c       []byte
 		table   string
+		role    string
 		paused  []string
 		failing bool
 		last    bool
@@ -509,7 +513,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 	for rows.Next() {
 		var r raw
 		var got bool
-		if err := rows.Scan(&r.id, &r.table, &got, &r.version, &r.c, &r.failing, &r.last); err != nil {
+		if err := rows.Scan(&r.id, &r.table, &r.role, &got, &r.version, &r.c, &r.failing, &r.last); err != nil {
 			rows.Close()
 			return nil, nil, err
 		}
@@ -546,7 +550,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, readerDef{table: r.table, cd: cd, failing: r.failing, chainEnd: r.last})
+		out = append(out, readerDef{table: r.table, joined: r.role == "to_one", cd: cd, failing: r.failing, chainEnd: r.last})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].cd.id < out[j].cd.id })
 	return out, skipped, nil

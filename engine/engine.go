@@ -160,6 +160,8 @@ type plants struct {
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
 	keepLog             bool // never retire (diagnostics)
 	bulkKeyLost         bool // a materialised bucket loses one key in three, its first among them (bulk.go)
+	fanOutSkipItem      int  // a JOIN target's changes of its n-th joined item fan out to nothing (fanout.go)
+	fanOutNewOnly       bool // fan-out reads only the keys' current rows: a row that moved away is missed (fanout.go)
 	pageHook            func(stage string)
 	planStepRows        int // keys one plan step walks; 0: planStepRows
 	firstSlice          int // keys of a build step's first slice; 0: firstSliceKeys

@@ -50,6 +50,17 @@ var goldenSpecs = []goldenSpec{
 	{name: "aggregate_composite_group",
 		setup:  []string{`CREATE TABLE visits (id uuid PRIMARY KEY, site text, day date, ms int)`},
 		define: `TRANSFORM site_days FROM visits GROUP BY site, day SELECT SUM(ms) AS total_ms, COUNT(*) AS n`},
+	{name: "join_snowflake_one_to_one",
+		setup: []string{`CREATE TABLE j_regions (id int PRIMARY KEY, name text)`,
+			`CREATE TABLE j_customers (id bigint PRIMARY KEY, name text, region_id int)`, `CREATE INDEX ON j_customers (region_id)`,
+			`CREATE TABLE j_orders (id bigint PRIMARY KEY, customer_id bigint, amount numeric)`, `CREATE INDEX ON j_orders (customer_id)`},
+		define: `TRANSFORM j_order_wide FROM j_orders o LEFT JOIN j_customers c ON c.id = o.customer_id JOIN j_regions r ON r.id = c.region_id
+			SELECT o.amount AS amount, c.name AS customer, upper(r.name) AS region`},
+	{name: "join_composite_aggregate",
+		setup: []string{`CREATE TABLE j_skus (maker text, code int, family text, PRIMARY KEY (maker, code))`,
+			`CREATE TABLE j_lines (id bigint PRIMARY KEY, maker text, code int, qty int)`, `CREATE INDEX ON j_lines (maker, code)`},
+		define: `TRANSFORM j_family_qty FROM j_lines l JOIN j_skus s ON s.maker = l.maker AND s.code = l.code
+			GROUP BY s.family SELECT SUM(l.qty) AS qty, COUNT(*) AS n`},
 	{name: "nullable_identity_chain",
 		setup:  []string{`CREATE TABLE events (id bigint PRIMARY KEY, kind text, amount int)`},
 		define: `TRANSFORM kind_sums FROM events GROUP BY kind SELECT SUM(amount) AS total`},
@@ -163,6 +174,10 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	section("ledger gc", cd.LedgerGC)
 	for _, f := range c.Spec.Fields {
 		section("field probe "+f.Name, cd.FieldProbe[f.Name])
+	}
+	for i := range c.Spec.Joins {
+		section(fmt.Sprintf("fan-out of join %d", i+1), cd.FanOut[i])
+		section(fmt.Sprintf("truncate fan-out of join %d", i+1), cd.FanOutAll[i])
 	}
 	where, args := sqlgen.RangeWhere(c, goldenBound("lo", len(c.Key)), goldenBound("hi", len(c.Key)), 1)
 	fmt.Fprintf(&b, "-- %s: range parameters %d\n", target, len(args))

@@ -40,7 +40,8 @@ UPDATE %[1]s r SET bindings = (
   SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.name, 'attnum', a.attnum, 'typid', a.atttypid,
            'typmod', a.atttypmod, 'coll', a.attcollation, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY c.name), '[]')
   FROM (SELECT DISTINCT x AS name FROM jsonb_array_elements_text(r.columns ||
-          coalesce((SELECT jsonb_agg(k -> 'name') FROM jsonb_array_elements(d.compiled -> 'key') k), '[]')) x) c
+          CASE WHEN r.role = 'to_one' THEN '[]'::jsonb  -- a joined table's columns include its key
+               ELSE coalesce((SELECT jsonb_agg(k -> 'name') FROM jsonb_array_elements(d.compiled -> 'key') k), '[]') END) x) c
   LEFT JOIN pg_attribute a ON a.attrelid = r.table_oid AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)
 FROM %[2]s d
 WHERE d.id = r.definition_id AND r.bindings IS NULL AND %[3]s`

@@ -63,7 +63,12 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 			return err
 		}
 	}
-	err := e.applyShareIn(ctx, tx, d, ks, meta, probe, truncate)
+	var err error
+	if d.joined {
+		err = e.fanOut(ctx, tx, d, ks, meta, truncate, ps)
+	} else {
+		err = e.applyShareIn(ctx, tx, d, ks, meta, probe, truncate)
+	}
 	if err == nil && d.failing {
 		_, err = tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds()))
 	}

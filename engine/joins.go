@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,16 +10,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
-// JOIN targets (issue 16, ../shared/spec/joins.md). What is built: every
-// check of joins spec §4 that needs the catalog, run in the spec's order
-// after the grammar's name and ON checks, so a JOIN TRANSFORM gets the
-// error a user would fix first. What is not: maintaining the target
-// (capture of joined tables, fan-out, re-derive over the join, builds);
-// a statement that passes every check is refused with NotYetSupported.
+// JOIN targets (issue 16, docs/joins.md): every check of joins spec §4
+// that needs the catalog, run in the spec's order after the grammar's name
+// and ON checks, so a JOIN TRANSFORM gets the error a user would fix
+// first. Maintenance is in fanout.go; the generated SQL reads the joins
+// through model.Spec.JoinClause.
 
 // qualifyTables returns st with the FROM table and every joined table
 // qualified by the schema the client's search_path resolves them to (a
@@ -64,8 +65,9 @@ type joinedTable struct {
 }
 
 // checkJoinTarget runs the checks of joins spec §4 on a JOIN TRANSFORM and
-// returns the first failure, or NotYetSupported when all pass.
-func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.TransformStmt) error {
+// returns the first failure, or the FROM table resolved with its joined
+// tables when all pass.
+func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.TransformStmt) (*resolvedSource, error) {
 	items := make([]joinedTable, 0, 1+len(st.Joins))
 	names := []grammar.QualifiedName{st.Source}
 	for _, j := range st.Joins {
@@ -75,7 +77,7 @@ func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.Tra
 	for _, name := range names {
 		it, err := e.resolveItem(ctx, q, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		items = append(items, it)
 	}
@@ -83,49 +85,58 @@ func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.Tra
 	src.Joined = nil
 	for _, it := range items[1:] {
 		src.Joined = append(src.Joined, grammar.JoinedTable{Schema: it.Schema, Table: it.Table, Columns: it.Columns})
+		src.joinedTypes = append(src.joinedTypes, it.types)
 	}
 	// Names, ON shapes (the grammar's stage C).
 	res, err := grammar.Resolve(st, &src.Source)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Each item a plain keyed table or a target.
 	for _, it := range items {
 		if err := changeKeyed(ctx, q, it); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// Join columns: same types, deterministic collations, key types.
 	for _, rj := range res.Joins {
 		if err := checkJoinColumns(ctx, q, items, rj); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	// Every join to-one.
+	// Every join to-one, and (for now) on the joined table's identity.
 	for _, rj := range res.Joins {
 		if err := checkToOne(ctx, q, items, rj); err != nil {
-			return err
+			return nil, err
+		}
+		it := items[rj.Item]
+		keys := make([]model.KeyCol, len(it.Key))
+		for i, k := range it.Key {
+			keys[i] = model.KeyCol{Name: k}
+		}
+		if err := joinsOnKey(&model.Join{Text: it.text, Columns: rj.Columns, Key: keys}); err != nil {
+			return nil, withPos(err, it.pos)
 		}
 	}
 	// The workers can read and capture every item; the owner's row
 	// security does not apply to any.
 	for _, it := range items {
 		if err := e.checkWorkersCapture(ctx, q, it); err != nil {
-			return err
+			return nil, err
 		}
 		if err := checkRowSecurity(ctx, q, it.oid, it.text); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The fan-out indexes, unless WITHOUT SOURCE INDEX.
 	if !st.WithoutSourceIndex {
 		for _, rj := range res.Joins {
 			if err := checkFanOutIndex(ctx, q, items, rj); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return joinsNotYet(st.Joins[0].Pos)
+	return &src, nil
 }
 
 // resolveItem resolves one FROM item's table and checks the caller may
@@ -337,4 +348,111 @@ func checkFanOutIndex(ctx context.Context, q Querier, items []joinedTable, rj gr
 		WithClass("validation", "MissingSourceIndex").WithPosition(int(items[rj.Item].pos)).
 		WithDetail("create_index: %s", create).
 		WithHint("%s (or end the statement with WITHOUT SOURCE INDEX)", create)
+}
+
+// addJoinedProbeColumns adds to the immutability probe's table a column
+// "__j<i>.<name>" of the column's type for every joined column a formula
+// reads, so the probe's generated columns can read them (checkFormulas).
+func addJoinedProbeColumns(ctx context.Context, q Querier, spec *Spec, src *resolvedSource) error {
+	seen := map[model.JoinRead]bool{}
+	var adds []string
+	add := func(rs []model.JoinRead) {
+		for _, r := range rs {
+			if seen[r] {
+				continue
+			}
+			seen[r] = true
+			adds = append(adds, "ADD COLUMN "+pgx.Identifier{model.JoinAlias(r.Item) + "." + r.Column}.Sanitize()+" "+src.joinedTypes[r.Item-1][r.Column])
+		}
+	}
+	for _, g := range spec.GroupBy {
+		add(g.JoinReads)
+	}
+	for _, f := range spec.Fields {
+		add(f.JoinReads)
+	}
+	if len(adds) == 0 {
+		return nil
+	}
+	_, err := q.Exec(ctx, "ALTER TABLE pg_temp.trellis_formula_probe_t "+strings.Join(adds, ", "))
+	return err
+}
+
+// joinedRead is one joined table's _definition_reads row as _define takes
+// it: a table joined twice (two aliases) reads the union of the columns.
+type joinedRead struct {
+	Table   string   `json:"table"`
+	OID     uint32   `json:"oid"`
+	Columns []string `json:"columns"`
+}
+
+// resolveJoins resolves a JOIN target's joined tables as Define and the
+// workers' verification both see them: each one's canonical name and
+// identity (the key its capture logs), with the key-type and row-security
+// rules of a source. It returns the joined tables' reads, JSON for _define
+// (nil for a one-table target).
+func (e *Engine) resolveJoins(ctx context.Context, q Querier, c *compiled) ([]byte, error) {
+	if len(c.Spec.Joins) == 0 {
+		return nil, nil
+	}
+	var out []joinedRead
+	at := map[string]int{}
+	for i := range c.Spec.Joins {
+		j := &c.Spec.Joins[i]
+		var oid uint32
+		err := q.QueryRow(ctx, `SELECT c.oid, format('%I.%I', n.nspname, c.relname) FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, j.Table.Quoted()).Scan(&oid, &j.Text)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, pgerr.Newf(pgerr.UndefinedTable, "table %s does not exist", j.Table.Quoted()).
+				WithClass("not_found", "SourceTableNotFound").WithHint("create the table first, or qualify it with its schema")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := checkSourceKeyTypes(ctx, q, oid, j.Text); err != nil {
+			return nil, err
+		}
+		if err := checkRowSecurity(ctx, q, oid, j.Text); err != nil {
+			return nil, err
+		}
+		if j.Key, j.KeyNullable, _, err = e.sourceKey(ctx, q, oid, j.Text); err != nil {
+			return nil, err
+		}
+		if err := joinsOnKey(j); err != nil {
+			return nil, err
+		}
+		cols := c.Spec.ItemReads(i + 1)
+		if n, ok := at[j.Text]; ok {
+			out[n].Columns = dedupe(append(out[n].Columns, cols...))
+			continue
+		}
+		at[j.Text] = len(out)
+		out = append(out, joinedRead{Table: j.Text, OID: oid, Columns: cols})
+	}
+	return json.Marshal(out)
+}
+
+// joinsOnKey refuses, for now, a join on a unique key other than the
+// joined table's identity: fan-out finds the rows reading a changed row by
+// the keys capture logs (its old and new identity), which covers a join on
+// the identity; a join on another unique key would also need that key's
+// old values in the log.
+func joinsOnKey(j *model.Join) error {
+	if len(j.Columns) == len(j.Key) {
+		all := true
+		for _, k := range j.Key {
+			all = all && slices.Contains(j.Columns, k.Name)
+		}
+		if all {
+			return nil
+		}
+	}
+	names := make([]string, len(j.Key))
+	for i, k := range j.Key {
+		names[i] = k.Name
+	}
+	return pgerr.Newf(pgerr.FeatureNotSupported, "join of %s on (%s): joins on a unique key other than the table's primary key (%s) are not supported yet",
+		j.Text, strings.Join(j.Columns, ", "), strings.Join(names, ", ")).
+		WithClass("unsupported", "NotYetSupported").
+		WithHint("join %s on its primary key (%s)", j.Text, strings.Join(names, ", "))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -114,10 +115,13 @@ func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opt
 }
 
 func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.TransformStmt, opts ApplyOptions) (*Applied, error) {
+	var src *resolvedSource
+	var err error
 	if len(st.Joins) > 0 {
-		return nil, e.checkJoinTarget(ctx, q, st)
+		src, err = e.checkJoinTarget(ctx, q, st)
+	} else {
+		src, err = e.resolveSource(ctx, q, st.Source)
 	}
-	src, err := e.resolveSource(ctx, q, st.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +262,8 @@ func checkOwner(ctx context.Context, q Querier, owner string, target TableName, 
 type resolvedSource struct {
 	grammar.Source
 	types map[string]string // column -> format_type
+	// joinedTypes are the same for each joined table (Source.Joined).
+	joinedTypes []map[string]string
 }
 
 // resolveSource resolves the FROM table through the caller's search_path
@@ -345,29 +351,37 @@ func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema str
 // syntax tree (never from the user's text).
 func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
 	spec := specHeader(st, src, targetSchema)
+	for i, rj := range res.Joins {
+		jt := src.Joined[i]
+		spec.Joins = append(spec.Joins, model.Join{Table: TableName{Schema: jt.Schema, Name: jt.Table},
+			Left: st.Joins[i].Kind == grammar.JoinLeft, Parent: rj.Parent, Columns: rj.Columns, ParentColumns: rj.ParentColumns})
+	}
 	keyExpr := map[string]string{}
+	keyReads := map[string]reads{}
 	for _, k := range res.Keys {
-		if k.Rel != "" {
-			return nil, nil, joinsNotYet(k.Key.Pos)
-		}
 		col := k.Key.Column()
-		expr := SourceColumn(col)
-		keyExpr[k.Column] = expr
-		spec.GroupBy = append(spec.GroupBy, GroupKey{Name: k.Column, Expr: expr, Reads: []string{col}})
+		g := GroupKey{Name: k.Column, Expr: model.JoinColumn(k.Item, col)}
+		if k.Item == 0 {
+			g.Reads = []string{col}
+		} else {
+			g.JoinReads = []model.JoinRead{{Item: k.Item, Column: col}}
+		}
+		keyExpr[k.Column], keyReads[k.Column] = g.Expr, reads{g.Reads, g.JoinReads}
+		spec.GroupBy = append(spec.GroupBy, g)
 	}
 
 	rendered := make(map[string]string, len(res.Fields)) // field -> SQL over the source row
-	reads := make(map[string][]string, len(res.Fields))
+	fieldReads := make(map[string]reads, len(res.Fields))
 	byName := make(map[string]*grammar.ResolvedField, len(res.Fields))
 	for i := range res.Fields {
 		byName[res.Fields[i].Name] = &res.Fields[i]
 	}
-	render := func(rf *grammar.ResolvedField, e grammar.Expr) (string, []string, error) {
+	render := func(rf *grammar.ResolvedField, e grammar.Expr) (string, reads, error) {
 		refs := make(map[*grammar.ColumnRef]grammar.ResolvedRef, len(rf.Refs))
 		for _, r := range rf.Refs {
 			refs[r.Ref] = r
 		}
-		var cols []string
+		var rd reads
 		sql, err := grammar.Render(e, func(ref *grammar.ColumnRef) (string, error) {
 			r, ok := refs[ref]
 			if !ok {
@@ -375,18 +389,21 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 			}
 			switch r.Kind {
 			case grammar.RefSource:
-				cols = append(cols, r.Column)
+				rd.cols = append(rd.cols, r.Column)
 				return SourceColumn(r.Column), nil
+			case grammar.RefJoined:
+				rd.joined = append(rd.joined, model.JoinRead{Item: r.Item, Column: r.Column})
+				return model.JoinColumn(r.Item, r.Column), nil
 			case grammar.RefKey:
-				cols = append(cols, r.Column)
+				rd = rd.add(keyReads[r.Column])
 				return keyExpr[r.Column], nil
 			case grammar.RefField:
-				cols = append(cols, reads[r.Field]...)
+				rd = rd.add(fieldReads[r.Field])
 				return "(" + rendered[r.Field] + ")", nil
 			}
-			return "", joinsNotYet(ref.Pos)
+			return "", pgerr.Newf(pgerr.InternalError, "reference %s of kind %s", strings.Join(ref.Parts, "."), r.Kind)
 		})
-		return sql, cols, err
+		return sql, rd.dedupe(), err
 	}
 	trees := &formulaTrees{roots: map[string]formulaNode{}}
 	trees.render = func(n formulaNode) (string, error) {
@@ -409,17 +426,17 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		f := Field{Name: rf.Name}
 		switch {
 		case !st.IsAggregate():
-			sql, cols, err := render(rf, rf.Expr)
+			sql, rd, err := render(rf, rf.Expr)
 			if err != nil {
 				return nil, nil, err
 			}
-			f.Expr, f.Reads = sql, dedupe(cols)
-			rendered[rf.Name], reads[rf.Name] = sql, f.Reads
+			f.Expr, f.Reads, f.JoinReads = sql, rd.cols, rd.joined
+			rendered[rf.Name], fieldReads[rf.Name] = sql, rd
 			trees.roots[rf.Name] = formulaNode{rf, rf.Expr}
 			keep[i] = true
 		case rf.Passthrough:
 			// The key column exists whether or not it is selected.
-			rendered[rf.Name], reads[rf.Name] = keyExpr[rf.Name], []string{rf.Name}
+			rendered[rf.Name], fieldReads[rf.Name] = keyExpr[rf.Name], keyReads[rf.Name]
 		case rf.Aggregate:
 			call, ok := rf.Expr.(*grammar.FuncCall)
 			if !ok {
@@ -432,11 +449,11 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 					return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: aggregates take exactly one argument", grammar.QuoteIdentIfNeeded(rf.Name)).
 						WithClass("validation", "UnsupportedAggregateArguments").WithPosition(int(call.Pos))
 				}
-				sql, cols, err := render(rf, call.Args[0])
+				sql, rd, err := render(rf, call.Args[0])
 				if err != nil {
 					return nil, nil, err
 				}
-				f.Expr, f.Reads = sql, dedupe(cols)
+				f.Expr, f.Reads, f.JoinReads = sql, rd.cols, rd.joined
 				trees.roots[rf.Name] = formulaNode{rf, call.Args[0]}
 			}
 			keep[i] = true
@@ -463,13 +480,31 @@ func aggKind(f *grammar.FuncCall) AggKind {
 	}
 }
 
-// joinsNotYet refuses a TRANSFORM with JOIN items: the grammar parses and
-// resolves them (joins spec §2), the engine does not maintain them yet
-// (issue 16).
-func joinsNotYet(pos grammar.Pos) error {
-	return pgerr.New(pgerr.FeatureNotSupported, "JOIN targets are not supported by this version of trellis-proxy yet: a transform reads one table").
-		WithClass("unsupported", "NotYetSupported").WithPosition(int(pos)).
-		WithHint("define a transform per table for now; JOIN targets are being built (docs/status.md)")
+// reads are the columns a formula reads: of the FROM table and of joined
+// items.
+type reads struct {
+	cols   []string
+	joined []model.JoinRead
+}
+
+func (r reads) add(o reads) reads {
+	r.cols = append(r.cols, o.cols...)
+	r.joined = append(r.joined, o.joined...)
+	return r
+}
+
+func (r reads) dedupe() reads {
+	r.cols = dedupe(r.cols)
+	seen := map[model.JoinRead]bool{}
+	var out []model.JoinRead
+	for _, j := range r.joined {
+		if !seen[j] {
+			seen[j] = true
+			out = append(out, j)
+		}
+	}
+	r.joined = out
+	return r
 }
 
 func dedupe(in []string) []string {
@@ -522,7 +557,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		q.Exec(ctx, "RELEASE SAVEPOINT trellis_formula_probe")
 	}()
 	srcSQL := pgx.Identifier{src.Schema, src.Table}.Sanitize()
-	if err := createProbeView(ctx, q, probes, srcSQL, st.Pos); err != nil {
+	if err := createProbeView(ctx, q, probes, (&compiled{Spec: *spec}).FromSQL(), st.Pos); err != nil {
 		return err
 	}
 	if err := refuseUserObjects(ctx, q, st.Pos); err != nil {
@@ -544,10 +579,20 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		return err
 	}
 	// Generated columns see the table's columns unqualified: render the
-	// formula against the probe table instead of the source alias.
+	// formula against the probe table instead of the source alias; a
+	// joined item's column read becomes a column "__j<i>.<name>" of it.
+	unqualify := []string{base.Ident(SourceAlias) + ".", ""}
+	if err := addJoinedProbeColumns(ctx, q, spec, src); err != nil {
+		return err
+	}
+	for i := range spec.Joins {
+		a := model.JoinAlias(i + 1)
+		unqualify = append(unqualify, base.Ident(a)+`."`, `"`+a+".")
+	}
+	unq := strings.NewReplacer(unqualify...)
 	addColumn := func(i int) string {
 		return fmt.Sprintf("ADD COLUMN %s %s GENERATED ALWAYS AS ((%s)) STORED",
-			base.Ident(fmt.Sprintf("__probe_%d", i)), types[i], strings.ReplaceAll(probes[i].sql, base.Ident(SourceAlias)+".", ""))
+			base.Ident(fmt.Sprintf("__probe_%d", i)), types[i], unq.Replace(probes[i].sql))
 	}
 	// Every formula in one statement first (two round trips, not three a
 	// formula); only when that fails, one at a time to name the culprit.
@@ -606,7 +651,7 @@ type formulaProbe struct {
 // createProbeView creates the temporary view holding every formula (its
 // column i is probe i), which resolves them against the source as
 // Postgres would; an error is placed at the failing formula.
-func createProbeView(ctx context.Context, q Querier, probes []formulaProbe, srcSQL string, stmtPos grammar.Pos) error {
+func createProbeView(ctx context.Context, q Querier, probes []formulaProbe, from string, stmtPos grammar.Pos) error {
 	// One view holds every formula; its column i is probe i.
 	var b strings.Builder
 	b.WriteString("CREATE TEMP VIEW trellis_formula_probe AS SELECT ")
@@ -618,7 +663,7 @@ func createProbeView(ctx context.Context, q Querier, probes []formulaProbe, srcS
 		starts[i] = b.Len()
 		b.WriteString("(" + p.sql + ") AS " + base.Ident(fmt.Sprintf("__probe_%d", i)))
 	}
-	b.WriteString(" FROM " + srcSQL + " AS " + base.Ident(SourceAlias))
+	b.WriteString(" FROM " + from)
 	if _, err := q.Exec(ctx, b.String()); err != nil {
 		return formulaError(err, func(at int) grammar.Pos {
 			for i := len(starts) - 1; i >= 0; i-- {

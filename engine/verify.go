@@ -48,7 +48,21 @@ func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID u
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.sourceByOID(ctx, q, srcOID, src); err != nil {
+	if len(st.Joins) > 0 {
+		// The joined tables resolve by the names the canonical statement
+		// qualifies; the FROM table must still be the one recorded.
+		var same bool
+		if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT DISTINCT FROM $2::oid`,
+			pgx.Identifier{st.Source.Schema, st.Source.Name}.Sanitize(), srcOID).Scan(&same); err != nil {
+			return nil, err
+		}
+		if !same {
+			return nil, errors.New("its FROM table is not the table recorded as its source")
+		}
+		if src, err = e.checkJoinTarget(ctx, q, st); err != nil {
+			return nil, err
+		}
+	} else if _, err := e.sourceByOID(ctx, q, srcOID, src); err != nil {
 		return nil, err
 	}
 	spec, err := e.compileSpec(ctx, q, st, src)
@@ -63,6 +77,9 @@ func (e *Engine) recompile(ctx context.Context, q Querier, stmt string, srcOID u
 		return nil, err
 	}
 	if c.Key, c.KeyNullable, _, err = e.sourceKey(ctx, q, srcOID, srcText); err != nil {
+		return nil, err
+	}
+	if _, err := e.resolveJoins(ctx, q, c); err != nil {
 		return nil, err
 	}
 	if err := e.resolveTypes(ctx, q, c); err != nil {

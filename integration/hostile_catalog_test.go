@@ -119,7 +119,7 @@ func catalogCraftedDefine(t *testing.T, h *trellisHarness) {
 	target := `{"cols":[{"n":"id","t":23,"m":-1,"nn":true},{"n":"w","t":25,"m":-1}],"pk":["id"]}`
 	ledger := `{"cols":[{"n":"k","t":25,"m":-1,"nn":true}],"pk":["k"]}`
 	mustExec(t, m, `SELECT trellis._define('exec_mallory'::regrole, 'public', 'cat_evil', $1::jsonb, $2::jsonb, 'one_to_one',
-		'public.cat_src', 'public.cat_src'::regclass, $3, $4::jsonb, '["v"]', 'source')`, target, ledger, stmt, compiled)
+		'public.cat_src', 'public.cat_src'::regclass, $3, $4::jsonb, '["v"]', 'source', NULL)`, target, ledger, stmt, compiled)
 	mustExec(t, m, `SELECT pg_notify('trellis_wake', 'define')`)
 	catalogAssertNothingLeaked(t, h, "cat_evil")
 }

@@ -72,24 +72,28 @@ type Field struct {
 	Agg   AggKind  `json:"agg,omitempty"`
 	Cast  string   `json:"cast,omitempty"`  // result cast of grammar §6.3 (e.g. "text", "varbit"); optional
 	Reads []string `json:"reads,omitempty"` // source columns the expression reads
+	// JoinReads are the columns of joined items it reads (JOIN targets).
+	JoinReads []JoinRead `json:"join_reads,omitempty"`
 }
 
 // GroupKey is one GROUP BY key column of an aggregate target.
 type GroupKey struct {
-	Name  string   `json:"name"`
-	Expr  string   `json:"expr"`
-	Reads []string `json:"reads,omitempty"`
+	Name      string     `json:"name"`
+	Expr      string     `json:"expr"`
+	Reads     []string   `json:"reads,omitempty"`
+	JoinReads []JoinRead `json:"join_reads,omitempty"`
 }
 
 // Spec is a compiled TRANSFORM definition, independent of the grammar. A
-// grammar.TransformStmt maps onto it field by field; relationships will add
-// read paths later (not yet supported).
+// grammar.TransformStmt maps onto it field by field; a JOIN target's
+// joined tables are Joins.
 type Spec struct {
 	Target    TableName  `json:"target"`
 	Source    TableName  `json:"source"`
 	Statement string     `json:"statement"` // canonical statement text, stored as definition_sql
 	GroupBy   []GroupKey `json:"group_by,omitempty"`
 	Fields    []Field    `json:"fields"`
+	Joins     []Join     `json:"joins,omitempty"`
 }
 
 // IsAggregate reports whether the definition has a GROUP BY key space.

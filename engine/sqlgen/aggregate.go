@@ -253,7 +253,7 @@ d AS (SELECT ` + p.gs("") + `, ` + strings.Join(p.dcols, ", ") + ` FROM moves GR
 // are).
 func (p *aggParts) rebuildChunk() (head, tail string) {
 	c := p.c
-	head = `WITH live AS MATERIALIZED (SELECT ` + model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + p.liveCols + ` FROM ` + p.src
+	head = `WITH live AS MATERIALIZED (SELECT ` + model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable) + ` AS k, true AS member, ` + p.liveCols + ` FROM ` + p.from
 	tail = `),
 old AS MATERIALIZED (SELECT e.ctid AS at, e.k, e.member, ` + p.gs("e.") + p.as("e.") + ` FROM ` + c.Ledger() + ` e WHERE e.k = ANY(ARRAY(SELECT k FROM live))),
 upd AS (UPDATE ` + c.Ledger() + ` e SET ` + p.setLedger + ` FROM live w
@@ -280,7 +280,7 @@ SELECT (SELECT count(*) FROM live), coalesce(array_agg(ctid), '{}') FROM tg`
 func (p *aggParts) freshChunk() (head, tail string) {
 	c := p.c
 	head = `INSERT INTO ` + c.Ledger() + ` (` + p.lcols + `)
-SELECT k, true, ` + p.gs("") + p.as("") + p.sks("") + ` FROM (SELECT ` + model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + p.liveCols + ` FROM ` + p.src
+SELECT k, true, ` + p.gs("") + p.as("") + p.sks("") + ` FROM (SELECT ` + model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable) + ` AS k, ` + p.liveCols + ` FROM ` + p.from
 	tail = `) live
 WHERE (SELECT true FROM ` + c.Ledger() + ` e WHERE e.k = live.k) IS NULL ORDER BY k COLLATE "C"`
 	return head, tail

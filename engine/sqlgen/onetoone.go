@@ -32,7 +32,7 @@ func (cd *Def) generateOneToOne() {
 	}
 	p.columns()
 	cd.Derive = p.derive()
-	cd.freshHead = `INSERT INTO ` + c.Target() + ` AS t (` + p.tcols + `) SELECT ` + p.sel + ` FROM (SELECT ` + p.liveCols + ` FROM ` + p.src
+	cd.freshHead = `INSERT INTO ` + c.Target() + ` AS t (` + p.tcols + `) SELECT ` + p.sel + ` FROM (SELECT ` + p.liveCols + ` FROM ` + p.from
 	if c.KeyNullable {
 		// One chunk (no range), a NULL-safe match no anti-join can hash.
 		cd.freshTail = `) live ON CONFLICT (` + p.keyCols("") + `) DO NOTHING`
@@ -114,7 +114,7 @@ DELETE FROM ` + c.Ledger() + ` e USING gone WHERE e.k = gone.k`
 // 1.5 and 1.50 do differ), which also holds if a column's type and its
 // formula's part ways.
 func (p *rowParts) rebuild() rowRebuild {
-	r := rowRebuild{live: `SELECT ` + p.liveCols + ` FROM ` + p.src}
+	r := rowRebuild{live: `SELECT ` + p.liveCols + ` FROM ` + p.from}
 	if p.nf > 0 {
 		r.set = Joinf(p.nf, func(i int) string { return base.Ident(p.fields[i].Name) + " = live.__f" + model.Itoa(i) }, ", ")
 		r.diff = Joinf(p.nf, func(i int) string {

@@ -72,7 +72,7 @@ func (cs *Check) DiffArgs(keys []string) []any {
 // SelfCheck renders the comparison, leaving out paused columns.
 func SelfCheck(c *model.Compiled, paused map[string]bool) *Check {
 	tk, nullable := c.TargetIdentity()
-	src := c.Source() + " AS " + base.Ident(model.SourceAlias)
+	src := c.FromSQL()
 	var recCols, cols []string
 	var recompute string
 	if !c.Spec.IsAggregate() {
@@ -194,7 +194,7 @@ func (cs *Check) typedGroupPages(c *model.Compiled, cols, recCols []string, join
 	cs.Page = "WITH tgt AS MATERIALIZED (" + out("t", "(SELECT * FROM "+c.Target()+" AS t WHERE "+after(tcol)+
 		" ORDER BY "+tcol+" LIMIT $3) t") + "),\n" +
 		"bnd AS MATERIALIZED (SELECT count(*) >= $3 AS full, bool_or(p0 IS NULL) AS has_null, max(p0) AS hi FROM tgt),\n" +
-		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.Source()+" AS "+base.Ident(model.SourceAlias)+
+		"rec AS MATERIALIZED (" + out("r", "(SELECT "+strings.Join(recCols, ", ")+" FROM "+c.FromSQL()+
 		" WHERE "+after(gx)+" AND "+bound+" GROUP BY "+gx+") r") + "),\n" +
 		"ks AS (SELECT p0, k FROM tgt UNION SELECT p0, k FROM rec),\n" +
 		"b AS (SELECT (SELECT k FROM ks ORDER BY p0 DESC NULLS FIRST LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)\n" +
@@ -226,7 +226,7 @@ func (cs *Check) typedPages(c *model.Compiled, cols []string, join string) {
 		}
 		return q + " FROM " + from
 	}
-	src := c.Source() + " AS " + base.Ident(model.SourceAlias)
+	src := c.FromSQL()
 	recCols := []string{keyList(base.Ident(model.SourceAlias))}
 	for _, col := range cols {
 		for _, f := range c.Spec.Fields {

@@ -29,6 +29,10 @@ type Def struct {
 	// FieldProbe evaluates one field alone for keys $1 (attribution).
 	Paused     map[string]bool
 	FieldProbe map[string]string
+	// FanOut[i-1] stages the re-derives a change of joined item i's table
+	// causes, FanOutAll[i-1] those of its truncate (fanout.go); empty for
+	// a one-table definition.
+	FanOut, FanOutAll []string
 	// groupValue is each aggregate field's value for target row "t2",
 	// from its accumulators or the ledger (RefreshSQL).
 	groupValue map[string]string
@@ -118,6 +122,10 @@ func (cd *Def) generate() {
 	c := cd.C
 	cd.LockInsert = "INSERT INTO " + c.Ledger() + ` (k) SELECT k FROM unnest($1::text[]) AS u(k) ORDER BY k COLLATE "C" ON CONFLICT (k) DO NOTHING`
 	cd.LockSelect = "SELECT count(*) FROM (SELECT k FROM " + c.Ledger() + ` WHERE k = ANY($1::text[]) ORDER BY k COLLATE "C" FOR UPDATE) l`
+	for i := range c.Spec.Joins {
+		cd.FanOut = append(cd.FanOut, fanOut(c, i+1, false))
+		cd.FanOutAll = append(cd.FanOutAll, fanOut(c, i+1, true))
+	}
 	if c.Spec.IsAggregate() {
 		cd.generateAggregate()
 	} else {
@@ -130,6 +138,9 @@ func (cd *Def) generate() {
 // join of its rows to the keys.
 type keyed struct {
 	unnest, src, lookup string
+	// joins are a JOIN target's joined items after src ("" for one
+	// table); from is src with them, for reads over ranges.
+	joins, from string
 }
 
 func keyedSource(c *model.Compiled) keyed {
@@ -137,7 +148,13 @@ func keyedSource(c *model.Compiled) keyed {
 	return keyed{
 		unnest: unnest,
 		src:    c.Source() + " AS " + base.Ident(model.SourceAlias),
-		lookup: model.KeyLookup(base.Ident(model.SourceAlias), "u", c.Key, c.KeyNullable),
+		// The key lookup joins the source first and the items follow in
+		// statement order: past join_collapse_limit the planner keeps the
+		// written order, which is then the good one (keys, then one
+		// indexed probe per item).
+		lookup: model.KeyLookup(base.Ident(model.SourceAlias), "u", c.Key, c.KeyNullable) + c.Spec.JoinClause(),
+		joins:  c.Spec.JoinClause(),
+		from:   c.FromSQL(),
 	}
 }
 

@@ -134,10 +134,11 @@ END $fn$;
 -- workers' role (D20), in the caller's transaction. The defining role is
 -- the transform's owner in the catalog (_definitions.owner_role).
 CREATE OR REPLACE FUNCTION {{S}}._define(acting regrole, tschema text, tname text, target_shape jsonb, ledger_shape jsonb,
-    kind text, source_table text, source_oid oid, definition_sql text, compiled jsonb, read_columns jsonb, read_role text)
+    kind text, source_table text, source_oid oid, definition_sql text, compiled jsonb, read_columns jsonb, read_role text,
+    joined jsonb)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE new_id bigint; worker name; src_owner oid; target regclass; ledger regclass; other text;
+DECLARE new_id bigint; worker name; src_owner oid; target regclass; ledger regclass; other text; j record;
 BEGIN
   PERFORM {{S}}._check_acting(acting);
   IF NOT has_schema_privilege(acting, tschema, 'CREATE') THEN
@@ -166,6 +167,21 @@ BEGIN
       DETAIL = 'trellis: permission/WorkersCannotCapture',
       HINT = format('GRANT %I TO %I;', pg_get_userbyid(src_owner), worker);
   END IF;
+  -- A JOIN target's joined tables: read and captured like the source.
+  FOR j IN SELECT x ->> 'table' AS tbl, (x ->> 'oid')::oid AS rel, x -> 'columns' AS cols
+           FROM jsonb_array_elements(coalesce(joined, '[]')) x LOOP
+    IF NOT has_table_privilege(acting, j.rel, 'SELECT') THEN
+      RAISE EXCEPTION 'permission denied for table %', j.tbl USING ERRCODE = '42501',
+        DETAIL = 'trellis: permission/MissingPrivilege',
+        HINT = format('GRANT SELECT ON %s TO %I;', j.tbl, acting::text);
+    END IF;
+    SELECT relowner INTO src_owner FROM pg_class WHERE oid = j.rel;
+    IF src_owner IS NULL OR NOT pg_has_role(worker, src_owner, 'USAGE') THEN
+      RAISE EXCEPTION 'the workers'' role % cannot capture changes of %', worker, j.tbl USING ERRCODE = '42501',
+        DETAIL = 'trellis: permission/WorkersCannotCapture',
+        HINT = format('GRANT %I TO %I;', pg_get_userbyid(src_owner), worker);
+    END IF;
+  END LOOP;
   target := {{S}}._create_table(acting, tschema, tname, target_shape);
   ledger := {{S}}._create_table(acting, tschema, tname || '__ledger', ledger_shape);
   INSERT INTO {{S}}._definitions (target_table, target_oid, ledger_oid, owner_role, kind,
@@ -176,6 +192,9 @@ BEGIN
   EXECUTE format('CREATE VIEW %I.%I AS SELECT', {{SFN}}, 'd' || new_id); -- its fence (fence.go)
   INSERT INTO {{S}}._definition_reads (definition_id, table_name, table_oid, columns, role)
   VALUES (new_id, source_table, source_oid, read_columns, read_role);
+  INSERT INTO {{S}}._definition_reads (definition_id, table_name, table_oid, columns, role)
+  SELECT new_id, x ->> 'table', (x ->> 'oid')::oid, x -> 'columns', 'to_one'
+  FROM jsonb_array_elements(coalesce(joined, '[]')) x;
   RETURN new_id;
 END $fn$;
 
@@ -301,6 +320,7 @@ END $fn$;
 -- moving tables named by the caller would move anyone's.
 DROP FUNCTION IF EXISTS {{S}}._trash_tables(name, text[]);
 DROP FUNCTION IF EXISTS {{S}}._define(regrole, regclass, regclass, text, text, oid, text, jsonb, jsonb, text);
+DROP FUNCTION IF EXISTS {{S}}._define(regrole, text, text, jsonb, jsonb, text, text, oid, text, jsonb, jsonb, text);
 REVOKE ALL ON FUNCTION {{S}}._create_table(regrole, text, text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION {{S}}._create_index(text, text[]) TO PUBLIC;
 
@@ -308,5 +328,5 @@ GRANT EXECUTE ON FUNCTION {{S}}._drop_transform(regrole, text, text) TO PUBLIC;
 
 GRANT EXECUTE ON FUNCTION {{S}}._check_acting(regrole), {{S}}._instance_worker_role(),
   {{S}}._definition_of(regrole, oid), {{S}}._is_target(oid), {{S}}._find_transform(text),
-  {{S}}._define(regrole, text, text, jsonb, jsonb, text, text, oid, text, jsonb, jsonb, text),
+  {{S}}._define(regrole, text, text, jsonb, jsonb, text, text, oid, text, jsonb, jsonb, text, jsonb),
   {{S}}._drop_definition(regrole, text, text) TO PUBLIC;

@@ -1,0 +1,14 @@
+-- j_order_wide: self-check page
+WITH tgt AS MATERIALIZED (SELECT t."id" AS p0, (t."id")::text AS k, t."amount"::text AS c0, t."customer"::text AS c1, t."region"::text AS c2 FROM (SELECT * FROM "public"."j_order_wide" AS t WHERE ($1::boolean OR (t."id") > ($2::bigint)) ORDER BY t."id" LIMIT $3) t),
+rec AS MATERIALIZED (SELECT r."id" AS p0, (r."id")::text AS k, r."amount"::text AS c0, r."customer"::text AS c1, r."region"::text AS c2 FROM (SELECT "__s"."id", ("__s"."amount") AS "amount", ("__j1"."name") AS "customer", (upper("__j2"."name")) AS "region" FROM "public"."j_orders" AS "__s" LEFT JOIN "public"."j_customers" AS "__j1" ON "__j1"."id" = "__s"."customer_id" JOIN "public"."j_regions" AS "__j2" ON "__j2"."id" = "__j1"."region_id" WHERE ($1::boolean OR ("__s"."id") > ($2::bigint)) ORDER BY "__s"."id" LIMIT $3) r),
+ks AS (SELECT p0, k FROM (SELECT p0, k FROM tgt UNION SELECT p0, k FROM rec) u ORDER BY p0 LIMIT $3),
+b AS (SELECT (SELECT k FROM ks ORDER BY p0 DESC LIMIT 1) AS hi, (SELECT count(*) FROM ks) AS n)
+SELECT b.hi, b.n, d.* FROM b LEFT JOIN (SELECT * FROM (SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra, tgt.c0 AS t0, rec.c0 AS r0, tgt.c1 AS t1, rec.c1 AS r1, tgt.c2 AS t2, rec.c2 AS r2 FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE tgt.k IS NULL OR rec.k IS NULL OR tgt.c0 IS DISTINCT FROM rec.c0 OR tgt.c1 IS DISTINCT FROM rec.c1 OR tgt.c2 IS DISTINCT FROM rec.c2) j WHERE j.k IN (SELECT k FROM ks)) d ON true
+LEFT JOIN ks o ON o.k = d.k ORDER BY o.p0;
+
+-- j_order_wide: self-check diff
+WITH tgt AS MATERIALIZED (SELECT t."id" AS p0, (t."id")::text AS k, t."amount"::text AS c0, t."customer"::text AS c1, t."region"::text AS c2 FROM (SELECT * FROM "public"."j_order_wide" AS t WHERE (t."id") IN (SELECT u.p0::bigint FROM unnest($2::text[]) AS u(p0)) AND (t."id")::text = ANY($1::text[])) t),
+rec AS MATERIALIZED (SELECT r."id" AS p0, (r."id")::text AS k, r."amount"::text AS c0, r."customer"::text AS c1, r."region"::text AS c2 FROM (SELECT "__s"."id", ("__s"."amount") AS "amount", ("__j1"."name") AS "customer", (upper("__j2"."name")) AS "region" FROM "public"."j_orders" AS "__s" LEFT JOIN "public"."j_customers" AS "__j1" ON "__j1"."id" = "__s"."customer_id" JOIN "public"."j_regions" AS "__j2" ON "__j2"."id" = "__j1"."region_id" WHERE ("__s"."id") IN (SELECT u.p0::bigint FROM unnest($2::text[]) AS u(p0)) AND ("__s"."id")::text = ANY($1::text[])) r)
+SELECT coalesce(tgt.k, rec.k) AS k, tgt.k IS NULL AS missing, rec.k IS NULL AS extra, tgt.c0 AS t0, rec.c0 AS r0, tgt.c1 AS t1, rec.c1 AS r1, tgt.c2 AS t2, rec.c2 AS r2 FROM tgt FULL JOIN rec ON tgt.k = rec.k COLLATE "C" WHERE tgt.k IS NULL OR rec.k IS NULL OR tgt.c0 IS DISTINCT FROM rec.c0 OR tgt.c1 IS DISTINCT FROM rec.c1 OR tgt.c2 IS DISTINCT FROM rec.c2
+ORDER BY coalesce(tgt.k, rec.k) COLLATE "C";
+
