@@ -65,12 +65,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	// Stages C and D of define on the merged definition (grammar §9.2).
 	// A JOIN target's FROM and JOIN items are not editable; its joined
 	// tables resolve again as at define.
-	var src *resolvedSource
-	if len(merged.Joins) > 0 {
-		src, err = e.checkJoinTarget(ctx, q, merged)
-	} else {
-		src, err = e.resolveSource(ctx, q, merged.Source)
-	}
+	src, err := e.resolveFrom(ctx, q, merged)
 	if err != nil {
 		return nil, err
 	}

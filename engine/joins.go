@@ -456,3 +456,52 @@ func joinsOnKey(j *model.Join) error {
 		WithClass("unsupported", "NotYetSupported").
 		WithHint("join %s on its primary key (%s)", j.Text, strings.Join(names, ", "))
 }
+
+// resolveFrom resolves a TRANSFORM's FROM table through the caller's
+// catalog, with its joined tables and the checks of joins spec §4 for a
+// JOIN target.
+func (e *Engine) resolveFrom(ctx context.Context, q Querier, st *grammar.TransformStmt) (*resolvedSource, error) {
+	if len(st.Joins) > 0 {
+		return e.checkJoinTarget(ctx, q, st)
+	}
+	return e.resolveSource(ctx, q, st.Source)
+}
+
+// joinSpecs are the JOIN items of a resolved statement as the spec keeps
+// them.
+func joinSpecs(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution) []model.Join {
+	var out []model.Join
+	for i, rj := range res.Joins {
+		jt := src.Joined[i]
+		out = append(out, model.Join{Table: TableName{Schema: jt.Schema, Name: jt.Table},
+			Left: st.Joins[i].Kind == grammar.JoinLeft, Parent: rj.Parent, Columns: rj.Columns, ParentColumns: rj.ParentColumns})
+	}
+	return out
+}
+
+// reads are the columns a formula reads: of the FROM table and of joined
+// items.
+type reads struct {
+	cols   []string
+	joined []model.JoinRead
+}
+
+func (r reads) add(o reads) reads {
+	r.cols = append(r.cols, o.cols...)
+	r.joined = append(r.joined, o.joined...)
+	return r
+}
+
+func (r reads) dedupe() reads {
+	r.cols = dedupe(r.cols)
+	seen := map[model.JoinRead]bool{}
+	var out []model.JoinRead
+	for _, j := range r.joined {
+		if !seen[j] {
+			seen[j] = true
+			out = append(out, j)
+		}
+	}
+	r.joined = out
+	return r
+}

@@ -115,13 +115,7 @@ func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opt
 }
 
 func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.TransformStmt, opts ApplyOptions) (*Applied, error) {
-	var src *resolvedSource
-	var err error
-	if len(st.Joins) > 0 {
-		src, err = e.checkJoinTarget(ctx, q, st)
-	} else {
-		src, err = e.resolveSource(ctx, q, st.Source)
-	}
+	src, err := e.resolveFrom(ctx, q, st)
 	if err != nil {
 		return nil, err
 	}
@@ -351,11 +345,7 @@ func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema str
 // syntax tree (never from the user's text).
 func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
 	spec := specHeader(st, src, targetSchema)
-	for i, rj := range res.Joins {
-		jt := src.Joined[i]
-		spec.Joins = append(spec.Joins, model.Join{Table: TableName{Schema: jt.Schema, Name: jt.Table},
-			Left: st.Joins[i].Kind == grammar.JoinLeft, Parent: rj.Parent, Columns: rj.Columns, ParentColumns: rj.ParentColumns})
-	}
+	spec.Joins = joinSpecs(st, src, res)
 	keyExpr := map[string]string{}
 	keyReads := map[string]reads{}
 	for _, k := range res.Keys {
@@ -478,33 +468,6 @@ func aggKind(f *grammar.FuncCall) AggKind {
 	default:
 		return AggKind(name)
 	}
-}
-
-// reads are the columns a formula reads: of the FROM table and of joined
-// items.
-type reads struct {
-	cols   []string
-	joined []model.JoinRead
-}
-
-func (r reads) add(o reads) reads {
-	r.cols = append(r.cols, o.cols...)
-	r.joined = append(r.joined, o.joined...)
-	return r
-}
-
-func (r reads) dedupe() reads {
-	r.cols = dedupe(r.cols)
-	seen := map[model.JoinRead]bool{}
-	var out []model.JoinRead
-	for _, j := range r.joined {
-		if !seen[j] {
-			seen[j] = true
-			out = append(out, j)
-		}
-	}
-	r.joined = out
-	return r
 }
 
 func dedupe(in []string) []string {
