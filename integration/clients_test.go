@@ -369,8 +369,18 @@ func TestGolangMigrateThroughProxy(t *testing.T) {
 	if err := db.QueryRow(`SELECT total::text FROM invoice_totals WHERE customer = 'acme'`).Scan(&total); err != nil || total != "15" {
 		t.Fatalf("invoice_totals: %q %v", total, err)
 	}
+	// The second file's JOIN target, over the table it creates.
+	if err := db.QueryRow(`SELECT trellis.await_live('revenue_by_region', 60000)`).Scan(&live); err != nil || live != "live" {
+		t.Fatalf("await_live revenue_by_region: %q %v", live, err)
+	}
+	if err := db.QueryRow(`SELECT revenue::text FROM revenue_by_region WHERE region = 'north'`).Scan(&total); err != nil || total != "15" {
+		t.Fatalf("revenue_by_region: %q %v", total, err)
+	}
 	if err := m.Down(); err != nil {
 		t.Fatalf("migrate down: %v", err)
+	}
+	if defs, table, _ := h.leftovers(t, "revenue_by_region"); defs != 0 || table || tableExists(t, h.pool, "customers") {
+		t.Fatalf("down left the JOIN target: definitions=%d table=%v", defs, table)
 	}
 	if defs, table, triggers := h.leftovers(t, "invoice_totals"); defs != 0 || table || triggers != 0 || tableExists(t, h.pool, "invoices") {
 		t.Fatalf("down left definitions=%d table=%v triggers=%d", defs, table, triggers)

@@ -229,13 +229,13 @@ func TestTransformErrorsCarryPositionAndHint(t *testing.T) {
 	c := h.client(t)
 	mustExec(t, c, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
 	mustExec(t, c, `CREATE TABLE u (id int PRIMARY KEY, z int)`)
-	q := "SELECT 1; TRANSFORM t FROM s JOIN u ON u.id = s.id SELECT a AS b"
+	q := "SELECT 1; TRANSFORM t FROM s RIGHT JOIN u ON u.id = s.id SELECT a AS b"
 	_, err := c.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
 	pe := pgErrOf(t, err)
 	if pe.Code != "0A000" && pe.Code != "42601" {
 		t.Fatalf("JOIN refused with %s %s", pe.Code, pe.Message)
 	}
-	if want := strings.Index(q, "JOIN") + 1; int(pe.Position) != want {
+	if want := strings.Index(q, "RIGHT") + 1; int(pe.Position) != want {
 		t.Fatalf("position %d, want %d (%s)", pe.Position, want, pe.Message)
 	}
 	if pe.Hint == "" || !strings.Contains(pe.Detail, "trellis: ") {

@@ -1,0 +1,3 @@
+PAUSE TRANSFORM revenue_by_region;
+DROP TRANSFORM revenue_by_region;
+DROP TABLE customers;
