@@ -125,11 +125,12 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if err != nil {
 		return nil, err
 	}
-	cols, _ := json.Marshal(spec.Reads())
+	cols, _ := json.Marshal(now.Spec.ItemReads(0))
+	jc := joinedColumns(&now.Spec)
 	rebuilt := append(slices.Clone(res.Added), res.Altered...)
 	var v int64
-	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_alter(current_user::regrole, $1, $2, $3, $4, $5, $6)`, base.Ident(e.cfg.Schema)),
-		d.id, spec.Statement, raw, cols, nonNil(res.Dropped), nonNil(rebuilt)).Scan(&v); err != nil {
+	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_alter(current_user::regrole, $1, $2, $3, $4, $5, $6, $7)`, base.Ident(e.cfg.Schema)),
+		d.id, spec.Statement, raw, cols, nonNil(res.Dropped), nonNil(rebuilt), jc).Scan(&v); err != nil {
 		return nil, err
 	}
 	a.Version = &v

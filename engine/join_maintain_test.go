@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
@@ -89,4 +90,77 @@ func TestJoinTargetsMaintained(t *testing.T) {
 	check("a dimension truncated")
 	exec(t, pool, `INSERT INTO regions SELECT g, 'back ' || g FROM generate_series(1, 5) g`)
 	check("the dimension refilled")
+}
+
+// A JOIN target through its lifecycle: PAUSE while its dimension changes,
+// RESUME (rebuilt from the live join), ALTER TRANSFORM adding a field over
+// an item already joined, a schema change of a joined column pausing it
+// with a capture_failure naming that table and column, and DROP removing
+// the dimension's capture.
+func TestJoinTargetLifecycle(t *testing.T) {
+	pool := testDB(t)
+	for _, q := range []string{
+		`CREATE TABLE teams (id int PRIMARY KEY, name text, floor int)`,
+		`CREATE TABLE tickets (id bigint PRIMARY KEY, team_id int, title text)`,
+		`CREATE INDEX ON tickets (team_id)`,
+		`INSERT INTO teams SELECT g, 'team ' || g, g FROM generate_series(1, 5) g`,
+		`INSERT INTO tickets SELECT g, g % 6, 'ticket ' || g FROM generate_series(1, 200) g`,
+	} {
+		exec(t, pool, q)
+	}
+	e, _ := startEngine(t, pool, fastConfig())
+	ctx := context.Background()
+	run := func(stmt string) {
+		t.Helper()
+		if _, err := e.ApplyText(ctx, pool, stmt, ApplyOptions{}); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	run(`TRANSFORM ticket_teams FROM tickets t LEFT JOIN teams m ON m.id = t.team_id SELECT t.title AS title, m.name AS team`)
+	awaitLive(t, e, "ticket_teams")
+	same := func(when, cols, want string) {
+		t.Helper()
+		converge(t, e)
+		if d := diff(t, pool, `SELECT `+cols+` FROM ticket_teams`, want); d != "" {
+			t.Fatalf("%s: %s", when, d)
+		}
+	}
+	want := `SELECT t.id, t.title, m.name FROM tickets t LEFT JOIN teams m ON m.id = t.team_id`
+	same("built", "id, title, team", want)
+	run(`PAUSE TRANSFORM ticket_teams`)
+	exec(t, pool, `UPDATE teams SET name = name || ' (paused)'`)
+	exec(t, pool, `DELETE FROM teams WHERE id = 2`)
+	run(`RESUME TRANSFORM ticket_teams`)
+	awaitLive(t, e, "ticket_teams")
+	same("resumed", "id, title, team", want)
+	run(`ALTER TRANSFORM ticket_teams ADD m.floor * 10 AS floor10`)
+	awaitLive(t, e, "ticket_teams")
+	exec(t, pool, `UPDATE teams SET floor = floor + 1 WHERE id = 3`)
+	same("altered", "id, title, team, floor10", `SELECT t.id, t.title, m.name, m.floor * 10 FROM tickets t LEFT JOIN teams m ON m.id = t.team_id`)
+
+	// The column ALTER added a read of is checked too: its type change
+	// pauses the transform.
+	exec(t, pool, `ALTER TABLE teams ALTER COLUMN floor TYPE bigint`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, f, _ := storedStatus(t, e, "ticket_teams")
+		if status == "paused" && f != nil {
+			if f.Table != "public.teams" || f.Column != "floor" {
+				t.Fatalf("capture_failure names %s.%s: %+v", f.Table, f.Column, f)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not paused by the joined column's type change: %s %+v", status, f)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run(`DROP TRANSFORM ticket_teams`)
+	deadline = time.Now().Add(30 * time.Second)
+	for count(t, pool, `SELECT 1 FROM pg_trigger WHERE tgrelid = 'teams'::regclass AND NOT tgisinternal`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dimension's capture outlived the transform")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

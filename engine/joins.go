@@ -505,3 +505,14 @@ func (r reads) dedupe() reads {
 	r.joined = out
 	return r
 }
+
+// joinedColumns are the columns a JOIN target reads of each joined table,
+// as JSON {table: [column, ...]} (ALTER TRANSFORM stores them).
+func joinedColumns(spec *Spec) []byte {
+	cols := map[string][]string{}
+	for i, j := range spec.Joins {
+		cols[j.Text] = dedupe(append(cols[j.Text], spec.ItemReads(i+1)...))
+	}
+	out, _ := json.Marshal(cols)
+	return out
+}

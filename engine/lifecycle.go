@@ -159,7 +159,7 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 	if st.Source.Schema == "" && d.c != nil {
 		st.Source.Schema = d.c.Spec.Source.Schema
 	}
-	src, err := e.resolveSource(ctx, q, st.Source)
+	src, err := e.resolveFrom(ctx, q, st)
 	if err != nil {
 		return err
 	}
@@ -207,6 +207,10 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 		return pgerr.Newf(pgerr.ObjectNotInPrerequisiteState, "the key of %s is now (%s) but the target is keyed by (%s)", d.source, joinStr(is), joinStr(was)).
 			WithClass("validation", "KeyChanged").
 			WithHint("restore the key of %s, or DROP TRANSFORM %s and define it again", d.source, grammar.QuoteIdentIfNeeded(d.target))
+	}
+	// A JOIN target's joined tables must still join on their keys.
+	if _, err := e.resolveJoins(ctx, q, now); err != nil {
+		return err
 	}
 	if err := e.resolveTypes(ctx, q, now); err != nil {
 		return err

@@ -1065,9 +1065,11 @@ END $fn$;
 -- the columns it reads (bound now, as the caller sees the catalog), and a
 -- rebuild when fields were added or changed. A dropped field's pause and
 -- failure bookkeeping goes with it. statement NULL is a no-op that returns
--- the current version.
+-- the current version. joined_columns: a JOIN target's joined tables'
+-- columns read ({table: [column, ...]}), bound again at the next pass.
+DROP FUNCTION IF EXISTS "trellis"._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[]);
 CREATE OR REPLACE FUNCTION "trellis"._lifecycle_alter(acting regrole, def_id bigint, statement text, new_compiled jsonb,
-    read_columns jsonb, dropped text[], rebuilt text[]) RETURNS bigint
+    read_columns jsonb, dropped text[], rebuilt text[], joined_columns jsonb DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE d record; v bigint; blockers text;
 BEGIN
@@ -1110,6 +1112,9 @@ BEGIN
             coalesce((SELECT jsonb_agg(k -> 'name') FROM jsonb_array_elements(new_compiled -> 'key') k), '[]')) x) c
     LEFT JOIN pg_attribute a ON a.attrelid = r.table_oid AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)
   WHERE r.definition_id = def_id AND r.role IN ('source', 'upstream_target');
+  UPDATE "trellis"._definition_reads r SET columns = j.cols, bindings = NULL
+  FROM jsonb_each(coalesce(joined_columns, '{}')) AS j(tbl, cols)
+  WHERE r.definition_id = def_id AND r.role = 'to_one' AND r.table_name = j.tbl;
   DELETE FROM "trellis"._paused_columns WHERE definition_id = def_id AND column_name = ANY (dropped);
   DELETE FROM "trellis"._column_failures WHERE definition_id = def_id AND column_name = ANY (dropped);
   -- Failures and inherited pauses of a changed field were about its old
@@ -1158,4 +1163,4 @@ BEGIN
 END $fn$;
 
 GRANT EXECUTE ON FUNCTION "trellis"._alter_target(regrole, bigint, text[], jsonb), "trellis"._field_readers(regrole, bigint, text[]),
-  "trellis"._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[]) TO PUBLIC;
+  "trellis"._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[], jsonb) TO PUBLIC;

@@ -26,9 +26,11 @@ END $fn$;
 -- the columns it reads (bound now, as the caller sees the catalog), and a
 -- rebuild when fields were added or changed. A dropped field's pause and
 -- failure bookkeeping goes with it. statement NULL is a no-op that returns
--- the current version.
+-- the current version. joined_columns: a JOIN target's joined tables'
+-- columns read ({table: [column, ...]}), bound again at the next pass.
+DROP FUNCTION IF EXISTS {{S}}._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[]);
 CREATE OR REPLACE FUNCTION {{S}}._lifecycle_alter(acting regrole, def_id bigint, statement text, new_compiled jsonb,
-    read_columns jsonb, dropped text[], rebuilt text[]) RETURNS bigint
+    read_columns jsonb, dropped text[], rebuilt text[], joined_columns jsonb DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE d record; v bigint; blockers text;
 BEGIN
@@ -71,6 +73,9 @@ BEGIN
             coalesce((SELECT jsonb_agg(k -> 'name') FROM jsonb_array_elements(new_compiled -> 'key') k), '[]')) x) c
     LEFT JOIN pg_attribute a ON a.attrelid = r.table_oid AND a.attname = c.name AND a.attnum > 0 AND NOT a.attisdropped)
   WHERE r.definition_id = def_id AND r.role IN ('source', 'upstream_target');
+  UPDATE {{S}}._definition_reads r SET columns = j.cols, bindings = NULL
+  FROM jsonb_each(coalesce(joined_columns, '{}')) AS j(tbl, cols)
+  WHERE r.definition_id = def_id AND r.role = 'to_one' AND r.table_name = j.tbl;
   DELETE FROM {{S}}._paused_columns WHERE definition_id = def_id AND column_name = ANY (dropped);
   DELETE FROM {{S}}._column_failures WHERE definition_id = def_id AND column_name = ANY (dropped);
   -- Failures and inherited pauses of a changed field were about its old
@@ -119,4 +124,4 @@ BEGIN
 END $fn$;
 
 GRANT EXECUTE ON FUNCTION {{S}}._alter_target(regrole, bigint, text[], jsonb), {{S}}._field_readers(regrole, bigint, text[]),
-  {{S}}._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[]) TO PUBLIC;
+  {{S}}._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[], jsonb) TO PUBLIC;
