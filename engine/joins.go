@@ -516,3 +516,16 @@ func joinedColumns(spec *Spec) []byte {
 	out, _ := json.Marshal(cols)
 	return out
 }
+
+// readsText lists the tables a definition reads for its notice: the
+// source, then each joined table once.
+func readsText(source string, spec *Spec) string {
+	out, seen := source, map[string]bool{source: true}
+	for _, j := range spec.Joins {
+		if t := grammar.QuoteIdentIfNeeded(j.Table.Schema) + "." + grammar.QuoteIdentIfNeeded(j.Table.Name); !seen[t] {
+			seen[t] = true
+			out += ", " + t
+		}
+	}
+	return out
+}

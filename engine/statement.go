@@ -148,7 +148,7 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 		}
 	}
 	id, version := d.ID, d.Version
-	notice := fmt.Sprintf("transform %s defined; it is %s and reads %s", d.TargetTable, d.Status, d.SourceTable)
+	notice := fmt.Sprintf("transform %s defined; it is %s and reads %s", d.TargetTable, d.Status, readsText(d.SourceTable, spec))
 	if opts.InTransactionBlock {
 		notice += "; it starts building when this transaction commits"
 	}
