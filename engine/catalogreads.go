@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
 // What code outside the engine may know of the catalog (issue 15, enforced
@@ -93,6 +95,10 @@ func (e *Engine) SelfCheckRun(ctx context.Context, id int64) (SelfCheckRun, erro
 	var secs float64
 	err := e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(extract(epoch FROM finished_at - created_at), 0)::float8, pages::int8,
 		rows_compared, divergence_count::int8 FROM %s WHERE id = $1`, e.tbl("_self_checks")), id).Scan(&secs, &r.Pages, &r.Rows, &r.Divergences)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, pgerr.Newf(pgerr.UndefinedObject, "self-check %d does not exist", id).
+			WithClass("not_found", "SelfCheckNotFound").WithHint("it was replaced by a newer check of its target, or its transform was dropped")
+	}
 	r.Took = time.Duration(secs * float64(time.Second))
 	return r, err
 }

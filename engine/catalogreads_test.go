@@ -5,8 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
 func readViewRules(t *testing.T, q Querier) map[string]string {
@@ -89,5 +92,51 @@ func TestReadViewsLifecycle(t *testing.T) {
 	_, err = tx.Exec(ctx, `SELECT * FROM trellis._read_definitions`)
 	if err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("a tenant reading a read view: %v", err)
+	}
+}
+
+// The exported catalog reads: the marker, the mutex, a job's accounting.
+func TestCatalogReadsExported(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	e := New(pool, Config{})
+	defer e.Close()
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for schema, want := range map[string]bool{"trellis": true, "public": false, "nowhere": false} {
+		if got, err := IsCatalog(ctx, pool, schema); err != nil || got != want {
+			t.Errorf("IsCatalog(%s) = %v, %v", schema, got, err)
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := LockCatalog(ctx, tx, "trellis"); err != nil {
+		t.Fatal(err)
+	}
+	var mode string
+	if err := tx.QueryRow(ctx, `SELECT mode FROM pg_locks WHERE pid = pg_backend_pid() AND relation = 'trellis._instance'::regclass`).Scan(&mode); err != nil || mode != "ShareUpdateExclusiveLock" {
+		t.Fatalf("lock held: %q %v", mode, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	exec(t, pool, `CREATE TABLE scr (id int PRIMARY KEY, v int)`)
+	d := define(t, e, Spec{Target: TableName{Name: "scr_x"}, Source: TableName{Name: "scr"}, Fields: []Field{{Name: "w", Expr: col("v")}}})
+	var id int64
+	if err := pool.QueryRow(ctx, `INSERT INTO trellis._self_checks (definition_id, mode, timeout_ms, state, created_at, finished_at, pages, rows_compared, divergence_count)
+		VALUES ($1, 'standard', 0, 'done', now() - interval '2.5 seconds', now(), 3, 1000, 2) RETURNING id`, d.ID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	run, err := e.SelfCheckRun(ctx, id)
+	if err != nil || run != (SelfCheckRun{Took: 2500 * time.Millisecond, Pages: 3, Rows: 1000, Divergences: 2}) {
+		t.Fatalf("SelfCheckRun = %+v, %v", run, err)
+	}
+	if _, err := e.SelfCheckRun(ctx, id+1); pgerr.CodeOf(err) != pgerr.UndefinedObject {
+		t.Fatalf("SelfCheckRun of no job: %v", err)
 	}
 }
