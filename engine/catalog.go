@@ -85,10 +85,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return err
 	}
 	if version == catalog.FormatVersion {
-		if _, err := tx.Exec(ctx, e.renderCatalogSQL(catalog.Functions())); err != nil {
-			return fmt.Errorf("catalog functions: %w", err)
-		}
-		return tx.Commit(ctx)
+		return e.finishMigrate(ctx, tx)
 	}
 	for v := version; v < catalog.FormatVersion; v++ {
 		if _, err := tx.Exec(ctx, e.renderCatalogSQL(catalog.Migrations()[v])); err != nil {
@@ -104,8 +101,17 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return e.finishMigrate(ctx, tx)
+}
+
+// finishMigrate replaces the catalog functions, brings the read views up
+// to date (catalogreads.go) and commits.
+func (e *Engine) finishMigrate(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, e.renderCatalogSQL(catalog.Functions())); err != nil {
 		return fmt.Errorf("catalog functions: %w", err)
+	}
+	if err := e.installReads(ctx, tx); err != nil {
+		return err
 	}
 	return tx.Commit(ctx)
 }

@@ -104,8 +104,9 @@ func TestGoldenGeneratedSQL(t *testing.T) {
 	})
 }
 
-// TestGoldenCatalogSQL pins the rendered catalog migrations and functions:
-// a change to the catalog is a reviewed diff, never an accident of a move.
+// TestGoldenCatalogSQL pins the rendered catalog migrations, functions and
+// read views: a change to the catalog is a reviewed diff, never an
+// accident of a move.
 func TestGoldenCatalogSQL(t *testing.T) {
 	e := New(testDB(t), Config{})
 	defer e.Close()
@@ -114,6 +115,7 @@ func TestGoldenCatalogSQL(t *testing.T) {
 		fmt.Fprintf(&b, "-- migration %d\n%s\n", i+1, strings.TrimSpace(e.renderCatalogSQL(m)))
 	}
 	fmt.Fprintf(&b, "-- functions\n%s\n", strings.TrimSpace(e.renderCatalogSQL(catalog.Functions())))
+	fmt.Fprintf(&b, "-- read views\n%s\n", strings.TrimSpace(e.renderCatalogSQL(catalog.Reads())))
 	goldenCompare(t, filepath.Join("testdata", "catalog.sql"), b.String())
 }
 

@@ -28,7 +28,10 @@ const DefaultSchema = "trellis"
 
 // surfaceVersion orders surface scripts across builds: an older binary never
 // reinstalls over a newer one's objects (rolling upgrades of a fleet).
-const surfaceVersion = 1
+// Version 2 reads storage through the engine's read views and leaves the
+// helpers that moved into the engine (its catalog functions) alone: a
+// version-1 binary would drop and recreate them.
+const surfaceVersion = 2
 
 // Beginner opens a transaction: *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
 // savepoint) all satisfy it.
@@ -75,9 +78,8 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	var marker bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = '_instance')`, opts.Schema).Scan(&marker); err != nil {
+	marker, err := engine.IsCatalog(ctx, tx, opts.Schema)
+	if err != nil {
 		return err
 	}
 	if !marker {
@@ -87,9 +89,8 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 	s := ident(opts.Schema)
 	// Concurrent GRANTs on one object fail with "tuple concurrently updated".
 	// The catalog's mutex, not an advisory key any role could hold (engine
-	// locks.go): SHARE UPDATE EXCLUSIVE conflicts with no lock a tenant can
-	// take on a table she has no privilege on.
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+s+"._instance IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+	// locks.go): it conflicts with no lock a tenant can take.
+	if err := engine.LockCatalog(ctx, tx, opts.Schema); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s._surface (
@@ -148,9 +149,11 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 }
 
 // internalHelpers are the underscore-named functions the surface script
-// creates (storage-side names, D16) and must drop on reinstall.
-var internalHelpers = []string{"_jsontime", "_fail", "_proxy_only", "_proxy_only_rows", "_has_captured_writes", "_staging_holder",
-	"_definition_targets", "_catalog_version"}
+// creates (storage-side names, D16) and must drop on reinstall. The ones it
+// calls that read or write storage (_has_captured_writes, _staging_holder,
+// _definition_targets, _catalog_version, _release_key, _self_check_start)
+// are the engine's catalog functions, which Migrate creates.
+var internalHelpers = []string{"_jsontime", "_fail", "_proxy_only", "_proxy_only_rows"}
 
 // surfaceObjects fingerprints the surface objects present in schema: the
 // sorted kinds and names of its plain-named views, functions and types and of

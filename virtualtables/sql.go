@@ -7,6 +7,9 @@ package virtualtables
 // worker reclaim TTL in milliseconds.
 //
 // Rules kept throughout:
+//   - Storage is the engine's: the views read it through the engine's read
+//     views (_read_*, engine/catalog/reads) and its catalog functions, never
+//     by a storage table's name (internal/depcheck enforces it).
 //   - Views read storage with their owner's (the workers' role) rights, so every
 //     view that shows per-target rows filters them with the reader's own
 //     privileges (has_table_privilege runs as current_user, which a view does
@@ -68,40 +71,6 @@ BEGIN
 END
 $fn$;
 
--- Whether the current transaction has captured writes: the capture triggers
--- log them under the writer's top-level xid (engine §12.3), which is indexed.
-CREATE FUNCTION {{S}}._has_captured_writes() RETURNS boolean LANGUAGE sql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT pg_current_xact_id_if_assigned() IS NOT NULL
-     AND EXISTS (SELECT 1 FROM {{S}}._change_log WHERE txid = pg_current_xact_id_if_assigned())
-$fn$;
-
--- The session holding the staging lock, read as the workers' role, which
--- owns it, so its application_name is visible to every caller. Only a
--- backend of the workers' role counts: any role can take an advisory key
--- and set any application_name, but not log in as the workers.
-CREATE FUNCTION {{S}}._staging_holder(OUT pid int4, OUT application_name text, OUT backend_start timestamptz)
-RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT l.pid, a.application_name, a.backend_start
-  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid AND a.usename = {{S}}._instance_worker_role()
-  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND ((l.classid::int8 << 32) | l.objid::int8) = (SELECT key FROM {{S}}._staging_key)
-  LIMIT 1
-$fn$;
-
--- Every definition's target, for the dump's all-or-nothing privilege check.
--- Table names are public in pg_class anyway; no definition text leaves here.
-CREATE FUNCTION {{S}}._definition_targets(OUT id int8, OUT target_table text, OUT target_oid oid)
-RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT d.id, d.target_table, d.target_oid FROM {{S}}._definitions d ORDER BY d.id
-$fn$;
-
-CREATE FUNCTION {{S}}._catalog_version() RETURNS int4 LANGUAGE sql STABLE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT format_version FROM {{S}}._instance
-$fn$;
-
 -- §7.3 fleet liveness: the staging key held by a backend of the workers'
 -- role (usename, which no other role can forge).
 CREATE FUNCTION {{S}}.has_live_staging_worker() RETURNS boolean LANGUAGE sql STABLE
@@ -111,14 +80,14 @@ $fn$;
 
 CREATE FUNCTION {{S}}.has_live_drain_workers() RETURNS boolean LANGUAGE sql STABLE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT EXISTS (SELECT 1 FROM {{S}}._workers
+  SELECT EXISTS (SELECT 1 FROM {{S}}._read_workers
     WHERE kind = 'drain' AND last_seen > now() - {{TTL_MS}} * interval '1 millisecond')
 $fn$;
 
 CREATE VIEW {{S}}.fleet_workers AS
   SELECT w.worker_id, w.proxy_id, w.kind, w.registered_at, w.last_seen,
          w.last_seen > now() - {{TTL_MS}} * interval '1 millisecond' AS live
-  FROM {{S}}._workers w;
+  FROM {{S}}._read_workers w;
 
 CREATE VIEW {{S}}.fleet AS
   WITH h AS (SELECT * FROM {{S}}._staging_holder()),
@@ -139,18 +108,18 @@ WITH RECURSIVE
 defs AS (
   SELECT d.id, d.target_oid, d.target_table, d.source_table, d.kind, d.status AS stored, d.status_detail,
          d.build_id, d.build_kind, d.build_started_at, d.build_rows_done, d.build_rows_estimated,
-         coalesce(c.relname::text, d.compiled #>> '{spec,target,name}', d.target_table) AS bare,
+         coalesce(c.relname::text, d.recorded_name, d.target_table) AS bare,
          coalesce(pg_get_userbyid(c.relowner), pg_get_userbyid(d.owner_role))::text AS owner_name,
          -- Only the defining session can see a row of an open transaction,
          -- so a visible row whose inserting (sub)transaction is still in
          -- progress is this session's own. The xid is widened with the
          -- current epoch (rows of a past epoch are long committed).
          coalesce(d.status = 'waiting_to_backfill' AND pg_xact_status(
-           (((pg_current_xact_id()::text::bigint >> 32) << 32) | d.xmin::text::bigint)::text::xid8) = 'in progress', false) AS mine
-  FROM {{S}}._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid),
+           (((pg_current_xact_id()::text::bigint >> 32) << 32) | d.row_xmin::text::bigint)::text::xid8) = 'in progress', false) AS mine
+  FROM {{S}}._read_definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid),
 up AS (   -- direct reads of another definition's target (chains, D15)
   SELECT DISTINCT r.definition_id AS id, u.id AS up_id
-  FROM {{S}}._definition_reads r JOIN {{S}}._definitions u ON u.target_oid = r.table_oid
+  FROM {{S}}._read_definition_reads r JOIN {{S}}._read_definitions u ON u.target_oid = r.table_oid
   WHERE u.id <> r.definition_id),
 anc(id, via, anc_id, depth) AS (
   SELECT id, up_id, up_id, 1 FROM up
@@ -166,23 +135,14 @@ bt AS (
          count(*) FILTER (WHERE t.kind = 'chunk' AND t.state = 'done')::int4 AS chunks_done,
          coalesce(bool_or(t.kind = 'plan' AND t.state <> 'done'), false) AS planning,
          coalesce(sum(t.rows_done) FILTER (WHERE t.state = 'done'), 0)::int8 AS rows_done
-  FROM {{S}}._build_tasks t GROUP BY t.build_id),
+  FROM {{S}}._read_build_tasks t GROUP BY t.build_id),
 bf AS (    -- the most-retried failing task of each build
   SELECT DISTINCT ON (t.build_id) t.build_id, t.attempts, t.last_error,
-         to_jsonb(t) ->> 'last_sqlstate' AS sqlstate, t.next_attempt_at
-  FROM {{S}}._build_tasks t WHERE t.state <> 'done' AND t.last_error IS NOT NULL
+         t.last_sqlstate AS sqlstate, t.next_attempt_at
+  FROM {{S}}._read_build_tasks t WHERE t.state <> 'done' AND t.last_error IS NOT NULL
   ORDER BY t.build_id, t.attempts DESC, t.id),
-df AS (    -- the oldest failing drain page of the instance
-  SELECT b.batch_seq, b.attempts, b.last_error, b.last_sqlstate, b.failed_since, b.failed_last, ba.snap
-  FROM {{S}}._batch_buckets b JOIN {{S}}._batches ba ON ba.seq = b.batch_seq
-  WHERE b.last_error IS NOT NULL AND b.state <> 'done' AND ba.state <> 'drained'
-  ORDER BY b.batch_seq, b.bucket LIMIT 1),
-df_tables AS (  -- tables with changes in that batch (read only while a page fails)
-  SELECT coalesce(array_agg(DISTINCT c.src_table ORDER BY c.src_table), '{}') AS tables
-  FROM df, {{S}}._change_log c
-  WHERE pg_visible_in_snapshot(c.txid, df.snap)
-    AND NOT pg_visible_in_snapshot(c.txid, (SELECT b.snap FROM {{S}}._batches b
-      WHERE b.state = 'drained' AND b.seq < df.batch_seq ORDER BY b.seq DESC LIMIT 1))),
+df AS MATERIALIZED (  -- the oldest failing drain page of the instance, and its batch's tables
+  SELECT * FROM {{S}}._read_failing_page),
 cw AS (    -- capture installs kept waiting for their table lock (engine capture.go)
   SELECT DISTINCT ON (r.definition_id) r.definition_id AS id, jsonb_build_object(
     'table_name', w.table_name, 'operation', w.operation, 'lock_mode', w.lock_mode,
@@ -191,16 +151,16 @@ cw AS (    -- capture installs kept waiting for their table lock (engine capture
     'summary', format('waiting for %s on %s held by %s since %s', w.lock_mode, w.table_name,
       CASE cardinality(w.blockers) WHEN 0 THEN 'another session' WHEN 1 THEN '1 session'
         ELSE cardinality(w.blockers) || ' sessions' END, to_char(w.waiting_since, 'HH24:MI:SS'))) AS wait
-  FROM {{S}}._capture_waits w JOIN {{S}}._definition_reads r ON r.table_name = w.table_name
+  FROM {{S}}._read_capture_waits w JOIN {{S}}._read_definition_reads r ON r.table_name = w.table_name
   ORDER BY r.definition_id, w.waiting_since, w.table_name),
 pk AS (
   SELECT p.definition_id AS id, count(*)::int8 AS held_count, min(p.poisoned_at) AS oldest
-  FROM {{S}}._poison p GROUP BY p.definition_id),
+  FROM {{S}}._read_held_keys p GROUP BY p.definition_id),
 pcol AS (  -- columns paused by the column fuse (engine §12.12)
   SELECT pc.definition_id AS id, array_agg(pc.column_name::text ORDER BY pc.column_name) AS cols,
          (array_agg(pc.column_name::text ORDER BY pc.paused_at, pc.column_name))[1] AS first_col,
          (array_agg(pc.last_error ORDER BY pc.paused_at, pc.column_name))[1] AS first_error
-  FROM {{S}}._paused_columns pc GROUP BY pc.definition_id),
+  FROM {{S}}._read_paused_columns pc GROUP BY pc.definition_id),
 fl AS (SELECT {{S}}.has_live_staging_worker() AS staging, {{S}}.has_live_drain_workers() AS drain),
 x AS (
   SELECT d.*, h.held_back_by,
@@ -223,10 +183,10 @@ x AS (
         'last_seen', {{S}}._jsontime(pf.last_at), 'attempts', pf.attempts, 'next_attempt_at', {{S}}._jsontime(pf.next_attempt_at),
         'held', true)
       WHEN d.stored NOT IN ('paused', 'quarantined') AND df.batch_seq IS NOT NULL
-              AND (SELECT t.tables FROM df_tables t) && ARRAY(SELECT r.table_name FROM {{S}}._definition_reads r WHERE r.definition_id = d.id)
+              AND df.tables && ARRAY(SELECT r.table_name FROM {{S}}._read_definition_reads r WHERE r.definition_id = d.id)
       -- A whole page failing is not attributed to one transform: its text
       -- may carry another role's rows, so only pg_monitor members read it.
-      THEN jsonb_build_object('batch_seq', df.batch_seq, 'tables', to_jsonb((SELECT t.tables FROM df_tables t)),
+      THEN jsonb_build_object('batch_seq', df.batch_seq, 'tables', to_jsonb(df.tables),
         'error', CASE WHEN pg_has_role('pg_monitor', 'USAGE') THEN df.last_error
                       ELSE 'a page of the changes this transform reads fails (its text is shown to pg_monitor members)' END,
         'sqlstate', df.last_sqlstate, 'since', {{S}}._jsontime(df.failed_since), 'last_seen', {{S}}._jsontime(df.failed_last), 'attempts', df.attempts)
@@ -242,7 +202,7 @@ x AS (
   LEFT JOIN cw ON cw.id = d.id
   LEFT JOIN pcol ON pcol.id = d.id
   LEFT JOIN df ON true
-  LEFT JOIN {{S}}._page_failures pf ON pf.definition_id = d.id
+  LEFT JOIN {{S}}._read_page_failures pf ON pf.definition_id = d.id
   CROSS JOIN fl)
 SELECT
   x.bare AS target,
@@ -293,14 +253,14 @@ WHERE has_table_privilege(x.target_oid, 'SELECT') OR pg_has_role('pg_monitor', '
 CREATE VIEW {{S}}.definitions WITH (security_barrier = true) AS
   SELECT s.definition_id AS id, s.target, s.target_table, s.source_table, s.kind, s.owner, s.status,
          d.version::int8 AS version, d.created_at::timestamptz AS created_at,
-         ARRAY(SELECT r.table_name::text FROM {{S}}._definition_reads r WHERE r.definition_id = d.id
+         ARRAY(SELECT r.table_name::text FROM {{S}}._read_definition_reads r WHERE r.definition_id = d.id
                ORDER BY r.role <> 'source', r.table_name) AS reads,
          s.backfill_failure,
          coalesce(s.capture_failure ->> 'kind' = 'halt', false) AS halted,
          (CASE WHEN s.capture_failure ->> 'kind' = 'halt' THEN s.capture_failure END)::jsonb AS halt,
          d.definition_sql::text AS definition_text,
          d.verified AS statement_verified
-  FROM {{S}}.status s JOIN {{S}}._definitions d ON d.id = s.definition_id;
+  FROM {{S}}.status s JOIN {{S}}._read_definitions d ON d.id = s.definition_id;
 
 -- §5.5: relationships are not stored yet; the view has its final shape.
 CREATE VIEW {{S}}.relationships AS
@@ -320,11 +280,11 @@ CREATE VIEW {{S}}.quarantined AS
     UNION ALL
     SELECT s.target || '.' || pc.column_name, s.target, pc.column_name::text, 'paused'::text,
            pc.paused_at::timestamptz, pc.last_error::text,
-           ARRAY(SELECT (u.compiled #>> '{spec,target,name}') || '.' || e.up_column
-                 FROM {{S}}._column_pause_edges e JOIN {{S}}._definitions u ON u.id = e.up_definition_id
+           ARRAY(SELECT u.recorded_name || '.' || e.up_column
+                 FROM {{S}}._read_column_pause_edges e JOIN {{S}}._read_definitions u ON u.id = e.up_definition_id
                  WHERE e.down_definition_id = pc.definition_id AND e.down_column = pc.column_name ORDER BY 1)::text[],
            NULL::int8
-    FROM {{S}}.status s JOIN {{S}}._paused_columns pc ON pc.definition_id = s.definition_id) q
+    FROM {{S}}.status s JOIN {{S}}._read_paused_columns pc ON pc.definition_id = s.definition_id) q
   ORDER BY q.transform, q.column_name NULLS FIRST;
 
 CREATE FUNCTION {{S}}.quarantine_status(target text) RETURNS SETOF {{S}}.quarantined
@@ -363,10 +323,10 @@ $fn$;
 -- §6.4: held keys, visible with SELECT on the target and the key's table.
 CREATE VIEW {{S}}.poisoned WITH (security_barrier = true) AS
   SELECT p.definition_id::int8 AS definition_id,
-         coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') AS transform,
+         coalesce(c.relname::text, d.recorded_name) AS transform,
          p.src_table::text AS src_table, p.key::text AS key, p.error::text AS last_error,
          p.sqlstate::text AS sqlstate, p.poisoned_at::timestamptz AS poisoned_at
-  FROM {{S}}._poison p JOIN {{S}}._definitions d ON d.id = p.definition_id
+  FROM {{S}}._read_held_keys p JOIN {{S}}._read_definitions d ON d.id = p.definition_id
   LEFT JOIN pg_class c ON c.oid = d.target_oid
   WHERE has_table_privilege(d.target_oid, 'SELECT')
     AND coalesce(has_table_privilege(to_regclass(p.src_table), 'SELECT'), false);
@@ -421,7 +381,7 @@ $fn$;
 -- hidden.
 CREATE VIEW {{S}}.capture_disruptions WITH (security_barrier = true) AS
 WITH ct AS (
-  SELECT c.table_name, c.table_oid, c.trigger_xmins FROM {{S}}._captured_tables c),
+  SELECT c.table_name, c.table_oid, c.trigger_xmins FROM {{S}}._read_captured_tables c),
 ev AS (
   SELECT e AS ev, {{SN}} || '_capture_' || e AS tg FROM unnest(ARRAY['insert', 'update', 'delete', 'truncate']) e),
 tr AS (
@@ -450,14 +410,14 @@ f AS (
   FROM tr WHERE fn IS NOT NULL AND NOT prosecdef
   UNION ALL
   SELECT table_name, table_oid, 'wrong_owner', format('function %s is owned by %s, not by the workers'' role', fn::regproc, pg_get_userbyid(proowner))
-  FROM tr WHERE fn IS NOT NULL AND proowner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = (SELECT worker_role FROM {{S}}._instance))
+  FROM tr WHERE fn IS NOT NULL AND proowner <> (SELECT r.oid FROM pg_roles r WHERE r.rolname = {{S}}._instance_worker_role())
   UNION ALL
   SELECT ct.table_name, ct.table_oid, 'in_hierarchy', format('%s is part of a partition or inheritance hierarchy', ct.table_name)
   FROM ct WHERE EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = ct.table_oid OR i.inhparent = ct.table_oid)
              OR coalesce((SELECT c.relispartition OR c.relkind = 'p' FROM pg_class c WHERE c.oid = ct.table_oid), false))
 SELECT f.table_name::text AS table_name, f.fault::text AS fault, f.detail::text AS detail,
-       ARRAY(SELECT DISTINCT d.compiled #>> '{spec,target,name}' FROM {{S}}._definition_reads r
-             JOIN {{S}}._definitions d ON d.id = r.definition_id WHERE r.table_name = f.table_name ORDER BY 1)::text[] AS definitions
+       ARRAY(SELECT DISTINCT d.recorded_name FROM {{S}}._read_definition_reads r
+             JOIN {{S}}._read_definitions d ON d.id = r.definition_id WHERE r.table_name = f.table_name ORDER BY 1)::text[] AS definitions
 FROM f
 WHERE coalesce(has_table_privilege(f.table_oid, 'SELECT'), false) OR pg_has_role('pg_monitor', 'USAGE');
 

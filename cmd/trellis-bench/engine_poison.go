@@ -62,7 +62,7 @@ func poisonShape(poisoned bool, hammered *atomic.Int64) latencyShape {
 			deadline := time.Now().Add(time.Minute)
 			for {
 				var held bool
-				if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM trellis._poison WHERE key = '-2')`).Scan(&held); err != nil {
+				if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM trellis.poisoned WHERE key = '-2')`).Scan(&held); err != nil {
 					return err
 				}
 				if held {
@@ -98,7 +98,7 @@ func poisonShape(poisoned bool, hammered *atomic.Int64) latencyShape {
 				return nil
 			}
 			var held, inRatio bool
-			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM trellis._poison WHERE key = '-2'), EXISTS (SELECT FROM ratio WHERE id = -2)`).Scan(&held, &inRatio); err != nil {
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM trellis.poisoned WHERE key = '-2'), EXISTS (SELECT FROM ratio WHERE id = -2)`).Scan(&held, &inRatio); err != nil {
 				return err
 			}
 			if !held || inRatio {

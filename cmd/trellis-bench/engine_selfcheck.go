@@ -291,11 +291,12 @@ func selfCheckCell(ctx context.Context, e *runningEngine, pool *pgxpool.Pool, k 
 		return c, fmt.Errorf("await_self_check: %w", err)
 	}
 	// The job's own clock: queued to finished, as an operator sees it.
-	var secs float64
-	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM finished_at - created_at)::float8, pages, rows_compared, divergence_count
-		FROM trellis._self_checks WHERE id = $1`, id).Scan(&secs, &c.Pages, &c.Keys, &c.Divergences); err != nil {
+	run, err := e.SelfCheckRun(ctx, id)
+	if err != nil {
 		return c, err
 	}
+	c.Pages, c.Keys, c.Divergences = run.Pages, run.Rows, run.Divergences
+	secs := run.Took.Seconds()
 	t2 := time.Now()
 	c.CheckSecs = secs
 	c.RateCheck, c.LatCheck = w.window(t1, t2)

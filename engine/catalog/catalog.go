@@ -14,12 +14,13 @@ import (
 // of migrations.
 const FormatVersion = 22
 
-//go:embed migrations/*.sql functions/*.sql
+//go:embed migrations/*.sql functions/*.sql reads/*.sql
 var files embed.FS
 
 var (
 	migrations = load("migrations")
 	functions  = strings.Join(load("functions"), "")
+	reads      = strings.Join(load("reads"), "")
 )
 
 // Migrations returns the migrations in order: Migrations()[i] brings the
@@ -30,15 +31,22 @@ func Migrations() []string { return slices.Clone(migrations) }
 // in one script.
 func Functions() string { return functions }
 
+// Reads returns the read views (reads/*.sql), in one script: what code
+// outside the engine reads of the catalog's storage. Migrate (re)creates
+// them when the script changed.
+func Reads() string { return reads }
+
 // Render fills in the placeholders of a catalog script for an instance:
-// {{S}} the quoted catalog schema, {{SF}} the quoted fence schema, {{SFN}}
-// the fence schema's name as a literal, and {{SL}} / {{SFL}} the quoted
-// schemas with their quotes doubled, for use inside a literal.
+// {{S}} the quoted catalog schema, {{SN}} its name as a literal, {{SF}} the
+// quoted fence schema, {{SFN}} the fence schema's name as a literal, and
+// {{SL}} / {{SFL}} the quoted schemas with their quotes doubled, for use
+// inside a literal.
 func Render(s, schema, fenceSchema string) string {
 	s = strings.ReplaceAll(s, "{{SL}}", strings.ReplaceAll(base.Ident(schema), "'", "''"))
 	s = strings.ReplaceAll(s, "{{SFL}}", strings.ReplaceAll(base.Ident(fenceSchema), "'", "''"))
 	s = strings.ReplaceAll(s, "{{SFN}}", base.Lit(fenceSchema))
 	s = strings.ReplaceAll(s, "{{SF}}", base.Ident(fenceSchema))
+	s = strings.ReplaceAll(s, "{{SN}}", base.Lit(schema))
 	return strings.ReplaceAll(s, "{{S}}", base.Ident(schema))
 }
 

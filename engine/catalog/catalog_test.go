@@ -55,8 +55,8 @@ func TestStripHeader(t *testing.T) {
 }
 
 func TestRender(t *testing.T) {
-	got := Render(`{{S}}.t {{SF}}.v {{SFN}} '{{SL}}' '{{SFL}}'`, `tr"x`, "tr_fence'")
-	want := `"tr""x".t "tr_fence'".v 'tr_fence''' '"tr""x"' '"tr_fence''"'`
+	got := Render(`{{S}}.t {{SN}} {{SF}}.v {{SFN}} '{{SL}}' '{{SFL}}'`, `tr"x`, "tr_fence'")
+	want := `"tr""x".t 'tr"x' "tr_fence'".v 'tr_fence''' '"tr""x"' '"tr_fence''"'`
 	if got != want {
 		t.Fatalf("Render = %s\nwant     %s", got, want)
 	}

@@ -1164,3 +1164,239 @@ END $fn$;
 
 GRANT EXECUTE ON FUNCTION "trellis"._alter_target(regrole, bigint, text[], jsonb), "trellis"._field_readers(regrole, bigint, text[]),
   "trellis"._lifecycle_alter(regrole, bigint, text, jsonb, jsonb, text[], text[], jsonb) TO PUBLIC;
+
+-- Whether the current transaction has captured writes: the capture triggers
+-- log them under the writer's top-level xid (engine §12.3), which is indexed.
+CREATE OR REPLACE FUNCTION "trellis"._has_captured_writes() RETURNS boolean LANGUAGE sql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT pg_current_xact_id_if_assigned() IS NOT NULL
+     AND EXISTS (SELECT 1 FROM "trellis"._change_log WHERE txid = pg_current_xact_id_if_assigned())
+$fn$;
+
+-- The session holding the staging lock, read as the workers' role, which
+-- owns it, so its application_name is visible to every caller. Only a
+-- backend of the workers' role counts: any role can take an advisory key
+-- and set any application_name, but not log in as the workers.
+CREATE OR REPLACE FUNCTION "trellis"._staging_holder(OUT pid int4, OUT application_name text, OUT backend_start timestamptz)
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT l.pid, a.application_name, a.backend_start
+  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid AND a.usename = "trellis"._instance_worker_role()
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND ((l.classid::int8 << 32) | l.objid::int8) = (SELECT key FROM "trellis"._staging_key)
+  LIMIT 1
+$fn$;
+
+-- Every definition's target, for the dump's all-or-nothing privilege check.
+-- Table names are public in pg_class anyway; no definition text leaves here.
+CREATE OR REPLACE FUNCTION "trellis"._definition_targets(OUT id int8, OUT target_table text, OUT target_oid oid)
+RETURNS SETOF record LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT d.id, d.target_table, d.target_oid FROM "trellis"._definitions d ORDER BY d.id
+$fn$;
+
+CREATE OR REPLACE FUNCTION "trellis"._catalog_version() RETURNS int4 LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT format_version FROM "trellis"._instance
+$fn$;
+
+-- §6.5, the privileged part: runs as the workers' role. The acting role must
+-- be one the session could become and must own the target (as PAUSE).
+CREATE OR REPLACE FUNCTION "trellis"._release_key(acting regrole, transform text, src regclass, key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '30s' AS $fn$
+DECLARE
+  def_id int8;
+  target_oid oid;
+  tname text;
+  o pg_lsn;
+BEGIN
+  IF acting IS NULL OR NOT pg_has_role(session_user, acting, 'MEMBER') THEN
+    RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('permission denied to act as %s', acting),
+      DETAIL = 'trellis: permission/MissingPrivilege';
+  END IF;
+  SELECT d.id, d.target_oid INTO def_id, target_oid
+  FROM "trellis"._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid
+  WHERE coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') = _release_key.transform
+  ORDER BY d.id LIMIT 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '42704', MESSAGE = format('transform %s does not exist', _release_key.transform),
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  IF NOT coalesce(pg_has_role(acting, (SELECT c.relowner FROM pg_class c WHERE c.oid = target_oid), 'USAGE'), false) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('must be owner of transform %s', _release_key.transform),
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
+  SELECT format('%I.%I', n.nspname, c.relname) INTO tname
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = src;
+  -- Waits (lock_timeout 30 s) for a drain page skipping the key.
+  DELETE FROM "trellis"._poison p WHERE p.definition_id = def_id AND p.src_table = tname AND p.key = _release_key.key
+  RETURNING p.origin_lsn INTO o;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '42704',
+      MESSAGE = format('key %L of %s is not held for %s', _release_key.key, coalesce(tname, src::text), _release_key.transform),
+      DETAIL = 'trellis: not_found/KeyNotHeld';
+  END IF;
+  DELETE FROM "trellis"._key_deaths k WHERE k.definition_id = def_id AND k.src_table = tname AND k.key = _release_key.key;
+  -- One re-derive of the key from its current row, carrying the least origin
+  -- of the changes skipped while it was held (NULL: unknown, blocks every token).
+  INSERT INTO "trellis"._change_log (src_table, key, op, definition_id, origin_lsn, hop)
+  VALUES (tname, _release_key.key, 'rederive', def_id, o, 0);
+  RAISE NOTICE '%', format('released key %s of %s for %s; it is re-derived from its current row',
+    _release_key.key, tname, _release_key.transform);
+END
+$fn$;
+
+-- §9.1, the privileged part: runs as the workers' role. The acting role
+-- must be one the session could become, must be able to SELECT the target
+-- and must own it (as release_key).
+CREATE OR REPLACE FUNCTION "trellis"._self_check_start(acting regrole, target text, timeout_ms int8, mode text) RETURNS int8
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  def_id int8;
+  t_oid oid;
+  job int8;
+BEGIN
+  IF acting IS NULL OR NOT pg_has_role(session_user, acting, 'MEMBER') THEN
+    RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('permission denied to act as %s', acting),
+      DETAIL = 'trellis: permission/MissingPrivilege';
+  END IF;
+  IF mode IS NULL OR mode NOT IN ('standard', 'strict') THEN
+    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('invalid self-check mode %L', mode),
+      DETAIL = 'trellis: validation/BadArgument', HINT = 'use ''standard'' (safe under writes) or ''strict''';
+  END IF;
+  IF timeout_ms IS NULL OR timeout_ms < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('timeout_ms must be zero or more, not %s', coalesce(timeout_ms::text, 'NULL')),
+      DETAIL = 'trellis: validation/BadArgument';
+  END IF;
+  SELECT d.id, d.target_oid INTO def_id, t_oid
+  FROM "trellis"._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid
+  WHERE coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') = _self_check_start.target
+     OR d.target_table = _self_check_start.target
+  ORDER BY d.id LIMIT 1
+  FOR UPDATE OF d;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '42704', MESSAGE = format('transform %s does not exist', _self_check_start.target),
+      DETAIL = 'trellis: not_found/TransformNotFound';
+  END IF;
+  IF NOT coalesce(has_table_privilege(acting, t_oid, 'SELECT'), false) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('permission denied for table %s', _self_check_start.target),
+      DETAIL = 'trellis: permission/MissingPrivilege',
+      HINT = format('GRANT SELECT ON %s TO %s;', _self_check_start.target, acting);
+  END IF;
+  IF NOT coalesce(pg_has_role(acting, (SELECT c.relowner FROM pg_class c WHERE c.oid = t_oid), 'USAGE'), false) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('must be owner of transform %s', _self_check_start.target),
+      DETAIL = 'trellis: permission/NotOwner';
+  END IF;
+  -- One open job per target: an open one is returned whatever was passed.
+  SELECT j.id INTO job FROM "trellis"._self_checks j WHERE j.definition_id = def_id AND j.state IN ('queued', 'running');
+  IF FOUND THEN
+    RETURN job;
+  END IF;
+  DELETE FROM "trellis"._self_checks j WHERE j.definition_id = def_id;
+  INSERT INTO "trellis"._self_checks (definition_id, mode, timeout_ms) VALUES (def_id, mode, timeout_ms) RETURNING id INTO job;
+  PERFORM pg_notify('trellis' || '_wake', '');
+  RETURN job;
+END
+$fn$;
+
+GRANT EXECUTE ON FUNCTION "trellis"._has_captured_writes(), "trellis"._staging_holder(), "trellis"._definition_targets(),
+  "trellis"._catalog_version(), "trellis"._release_key(regrole, text, regclass, text),
+  "trellis"._self_check_start(regrole, text, bigint, text) TO PUBLIC;
+-- read views
+-- One row per definition. recorded_name is the target's name as defined
+-- (still known when the table is gone); row_xmin is the inserting
+-- transaction (status tells a definition of this session's open one).
+CREATE OR REPLACE VIEW "trellis"._read_definitions AS
+  SELECT d.id, d.target_oid, d.target_table, d.source_table, d.kind, d.status, d.status_detail,
+         d.build_id, d.build_kind, d.build_started_at, d.build_rows_done, d.build_rows_estimated,
+         d.compiled #>> '{spec,target,name}' AS recorded_name, d.owner_role, d.xmin AS row_xmin,
+         d.version, d.created_at, d.definition_sql, d.verified
+  FROM "trellis"._definitions d;
+
+-- The tables each definition reads, by role (source, to_one, to_many,
+-- upstream_target).
+CREATE OR REPLACE VIEW "trellis"._read_definition_reads AS
+  SELECT r.definition_id, r.table_name, r.table_oid, r.role FROM "trellis"._definition_reads r;
+
+-- A build's tasks: its plan and its chunks.
+CREATE OR REPLACE VIEW "trellis"._read_build_tasks AS
+  SELECT t.id, t.build_id, t.kind, t.state, t.rows_done, t.attempts, t.last_error, t.last_sqlstate, t.next_attempt_at
+  FROM "trellis"._build_tasks t;
+
+-- The oldest failing drain page of the instance (no row while none fails)
+-- and the source tables with changes in its batch.
+CREATE OR REPLACE VIEW "trellis"._read_failing_page AS
+  SELECT df.batch_seq, df.attempts, df.last_error, df.last_sqlstate, df.failed_since, df.failed_last,
+         (SELECT coalesce(array_agg(DISTINCT c.src_table ORDER BY c.src_table), '{}')
+          FROM "trellis"._change_log c
+          WHERE pg_visible_in_snapshot(c.txid, df.snap)
+            AND NOT pg_visible_in_snapshot(c.txid, (SELECT b.snap FROM "trellis"._batches b
+              WHERE b.state = 'drained' AND b.seq < df.batch_seq ORDER BY b.seq DESC LIMIT 1))) AS tables
+  FROM (
+    SELECT b.batch_seq, b.attempts, b.last_error, b.last_sqlstate, b.failed_since, b.failed_last, ba.snap
+    FROM "trellis"._batch_buckets b JOIN "trellis"._batches ba ON ba.seq = b.batch_seq
+    WHERE b.last_error IS NOT NULL AND b.state <> 'done' AND ba.state <> 'drained'
+    ORDER BY b.batch_seq, b.bucket LIMIT 1) df;
+
+-- Every undrained bucket whose last page failed.
+CREATE OR REPLACE VIEW "trellis"._read_failing_buckets AS
+  SELECT b.batch_seq, b.bucket, b.attempts, b.last_error, b.last_sqlstate
+  FROM "trellis"._batch_buckets b WHERE b.state = 'open' AND b.last_error IS NOT NULL;
+
+-- Capture installs kept waiting for their table lock (capture.go).
+CREATE OR REPLACE VIEW "trellis"._read_capture_waits AS
+  SELECT w.table_name, w.operation, w.lock_mode, w.waiting_since, w.observed_at, w.blockers
+  FROM "trellis"._capture_waits w;
+
+-- Held (poisoned) keys.
+CREATE OR REPLACE VIEW "trellis"._read_held_keys AS
+  SELECT p.definition_id, p.src_table, p.key, p.error, p.sqlstate, p.poisoned_at FROM "trellis"._poison p;
+
+-- Paused fields, by the operator, the column fuse (last_error set) or a
+-- cascade (the edges below); local: paused on this definition itself.
+CREATE OR REPLACE VIEW "trellis"._read_paused_columns AS
+  SELECT pc.definition_id, pc.column_name, pc.paused_at, pc.last_error, pc.local FROM "trellis"._paused_columns pc;
+
+CREATE OR REPLACE VIEW "trellis"._read_column_pause_edges AS
+  SELECT e.up_definition_id, e.up_column, e.down_definition_id, e.down_column FROM "trellis"._column_pause_edges e;
+
+-- The failing rows of columns the column fuse paused.
+CREATE OR REPLACE VIEW "trellis"._read_column_failures AS
+  SELECT f.definition_id, f.column_name, f.src_table, f.key, f.error, f.sqlstate, f.failed_at
+  FROM "trellis"._column_failures f;
+
+-- A transform's own share of a drain page that fails (D21).
+CREATE OR REPLACE VIEW "trellis"._read_page_failures AS
+  SELECT pf.definition_id, pf.error, pf.sqlstate, pf.since, pf.last_at, pf.attempts, pf.next_attempt_at
+  FROM "trellis"._page_failures pf;
+
+-- Captured tables and the xmins of their triggers at install.
+CREATE OR REPLACE VIEW "trellis"._read_captured_tables AS
+  SELECT c.table_name, c.table_oid, c.trigger_xmins FROM "trellis"._captured_tables c;
+
+-- Self-check jobs and their divergences (selfcheck.go).
+CREATE OR REPLACE VIEW "trellis"._read_self_checks AS
+  SELECT j.id, j.definition_id, j.mode, j.state, j.rows_compared, j.created_at, j.started_at, j.finished_at,
+         j.claimed_by, j.error, j.outcome, j.not_live_status, j.truncated, j.checked_through, j.divergence_count
+  FROM "trellis"._self_checks j;
+
+CREATE OR REPLACE VIEW "trellis"._read_self_check_divergences AS
+  SELECT v.job_id, v.ordinal, v.kind, v.key, v.column_name, v.persisted, v.recomputed, v.table_name, v.detail
+  FROM "trellis"._self_check_divergences v;
+
+-- Registered workers and their heartbeats.
+CREATE OR REPLACE VIEW "trellis"._read_workers AS
+  SELECT w.worker_id, w.proxy_id, w.kind, w.registered_at, w.last_seen FROM "trellis"._workers w;
+
+-- Pending changes per source table: keys of log rows (a row holds a
+-- statement's keys) not yet covered by the drained prefix (batches drain
+-- out of order, bulk.go), and the age of the oldest in seconds. Its cost
+-- grows with the backlog.
+CREATE OR REPLACE VIEW "trellis"._read_pending_changes AS
+  WITH d AS (SELECT snap FROM "trellis"._batches WHERE seq = "trellis"._drained_prefix())
+  SELECT c.src_table, sum(coalesce(cardinality(c.keys), 1))::int8 AS keys,
+         extract(epoch FROM now() - min(c.staged_at))::float8 AS oldest_seconds
+  FROM "trellis"._change_log c, d WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) GROUP BY c.src_table;
+
+-- Sealed batches (seq 0 is the catalog's bootstrap batch).
+CREATE OR REPLACE VIEW "trellis"._read_batches AS
+  SELECT b.seq, b.row_count, b.state FROM "trellis"._batches b;

@@ -1,6 +1,7 @@
 // Command depcheck enforces the package rule of the architecture: which
 // packages of this module may import which, that cgo (pg_query) stays in
-// grammar and router, and the engine's size limits (size.go). `make deps`
+// grammar and router, the engine's size limits (size.go), and that no code
+// outside the engine names its storage tables (storage.go). `make deps`
 // runs it from the module root; a violation exits 1.
 package main
 
@@ -92,6 +93,12 @@ func main() {
 		os.Exit(2)
 	}
 	violations = append(violations, sizes...)
+	reads, err := checkStorageReads(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "depcheck: storage reads:", err)
+		os.Exit(2)
+	}
+	violations = append(violations, reads...)
 	if len(violations) > 0 {
 		for _, v := range violations {
 			fmt.Fprintln(os.Stderr, "depcheck:", v)

@@ -220,8 +220,9 @@ func (x *execution) refuseWaitInTransaction(ctx context.Context, token string) e
 	if err := x.refuseSnapshotWait(ctx); err != nil {
 		return err
 	}
-	res, err := x.up.Query(ctx, "SELECT EXISTS (SELECT 1 FROM "+quoteIdent(x.i.cfg.Schema)+
-		"._change_log WHERE txid = pg_current_xact_id_if_assigned())")
+	// The engine's catalog function (SECURITY DEFINER): the client's role
+	// may not read the change log itself.
+	res, err := x.up.Query(ctx, "SELECT "+quoteIdent(x.i.cfg.Schema)+"._has_captured_writes()")
 	if err != nil {
 		return err
 	}

@@ -131,26 +131,24 @@ func (p *catalogPoller) poll(ctx context.Context) (*catalogSnapshot, error) {
 	defer cancel()
 	S := p.schema
 	b := &pgx.Batch{}
-	// Pending changes per source table: keys of log rows (a row holds a
-	// statement's keys) not yet covered by the drained prefix (batches
-	// drain out of order, engine/bulk.go). Its
-	// cost grows with the backlog, which run's stretched interval bounds.
-	b.Queue(fmt.Sprintf(`WITH d AS (SELECT snap FROM %[1]s._batches WHERE seq = %[1]s._drained_prefix())
-		SELECT c.src_table, sum(coalesce(cardinality(c.keys), 1))::int8, extract(epoch FROM now() - min(c.staged_at))::float8
-		FROM %[1]s._change_log c, d WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) GROUP BY c.src_table`, S))
-	b.Queue(fmt.Sprintf(`SELECT r.definition_id, r.table_name FROM %[1]s._definition_reads r`, S))
+	// The catalog is read through the engine's read views (its storage is
+	// its own, engine/catalog/reads). Pending changes per source table: keys
+	// not yet covered by the drained prefix. Its cost grows with the backlog,
+	// which run's stretched interval bounds.
+	b.Queue(fmt.Sprintf(`SELECT p.src_table, p.keys, p.oldest_seconds FROM %[1]s._read_pending_changes p`, S))
+	b.Queue(fmt.Sprintf(`SELECT r.definition_id, r.table_name FROM %[1]s._read_definition_reads r`, S))
 	b.Queue(fmt.Sprintf(`SELECT s.target, s.target_table, s.status, coalesce(s.problem, ''), s.build_rows_done::float8, s.build_rows_estimated::float8,
 		coalesce((s.held_keys ->> 'held_count')::int8, 0), s.drain_failure IS NOT NULL, s.capture_failure IS NOT NULL, s.definition_id,
 		CASE WHEN s.status = 'quarantined' THEN 'quarantine' WHEN s.status <> 'paused' THEN ''
 		     WHEN s.capture_failure ->> 'kind' = 'halt' THEN 'halt'
 		     WHEN s.capture_failure IS NOT NULL THEN 'capture_failure' ELSE 'operator' END,
-		(SELECT count(*) FROM %[1]s._paused_columns pc WHERE pc.definition_id = s.definition_id AND pc.local AND pc.last_error IS NOT NULL)::int8
+		(SELECT count(*) FROM %[1]s._read_paused_columns pc WHERE pc.definition_id = s.definition_id AND pc.local AND pc.last_error IS NOT NULL)::int8
 		FROM %[1]s.status s`, S))
-	b.Queue(fmt.Sprintf(`SELECT seq, row_count, state FROM %[1]s._batches`, S))
+	b.Queue(fmt.Sprintf(`SELECT seq, row_count, state FROM %[1]s._read_batches`, S))
 	b.Queue(fmt.Sprintf(`SELECT %[1]s._catalog_version()::int8, %[1]s.has_live_staging_worker(),
 		coalesce((SELECT application_name FROM %[1]s._staging_holder()), ''),
 		(SELECT count(*) FROM %[1]s.fleet_workers WHERE kind = 'drain' AND live)::int8,
-		(SELECT count(*) FROM %[1]s._batch_buckets WHERE last_error IS NOT NULL AND state <> 'done')::int8`, S))
+		(SELECT count(*) FROM %[1]s._read_failing_buckets)::int8`, S))
 	// One snapshot for every read: separate statements could see a batch
 	// drained in one and its changes still pending in another.
 	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
