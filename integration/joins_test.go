@@ -125,6 +125,19 @@ func TestJoinTargetsThroughProxy(t *testing.T) {
 	}
 	check("after writes to every table")
 
+	// A fan-out index dropped later is a warning in status, naming the fix.
+	mustExec(t, c, `DROP INDEX customers_region_id_idx`)
+	var gaps string
+	if err := c.QueryRow(ctx, `SELECT source_index_gaps::text FROM trellis.status WHERE target = 'j_snow'`).Scan(&gaps); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(gaps, `"create_index": "CREATE INDEX ON public.customers (region_id);"`) || !strings.Contains(gaps, `"role": "join"`) {
+		t.Fatalf("source_index_gaps %s", gaps)
+	}
+	if err := c.QueryRow(ctx, `SELECT source_index_gaps::text FROM trellis.status WHERE target = 'j_star'`).Scan(&gaps); err != nil || gaps != "[]" {
+		t.Fatalf("j_star gaps %s %v", gaps, err)
+	}
+
 	// Status and the definitions show the joined tables; the dump replays.
 	var joined string
 	var reads []string

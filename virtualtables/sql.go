@@ -245,7 +245,9 @@ SELECT
   (CASE WHEN x.held_count > 0 THEN jsonb_build_object('held_count', x.held_count,
      'oldest_poisoned_at', {{S}}._jsontime(x.oldest)) END)::jsonb AS held_keys,
   x.drain_failure::jsonb AS drain_failure,
-  '[]'::jsonb AS unindexed_joins
+  coalesce((SELECT g.gaps FROM {{S}}._read_index_gaps g WHERE g.definition_id = x.id), '[]')::jsonb AS unindexed_joins,
+  -- The joins spec's name for the same warning (issue 16).
+  coalesce((SELECT g.gaps FROM {{S}}._read_index_gaps g WHERE g.definition_id = x.id), '[]')::jsonb AS source_index_gaps
 FROM x
 WHERE has_table_privilege(x.target_oid, 'SELECT') OR pg_has_role('pg_monitor', 'USAGE');
 

@@ -30,7 +30,7 @@ var statusColumns = []string{
 	"build_rows_estimated bigint", "build_started_at timestamp with time zone", "held_back_by text",
 	"paused_columns text[]", "target_table text", "source_table text", "definition_id bigint", "kind text",
 	"owner text", "build jsonb", "backfill_failure jsonb", "capture_wait jsonb", "capture_failure jsonb",
-	"held_keys jsonb", "drain_failure jsonb", "unindexed_joins jsonb",
+	"held_keys jsonb", "drain_failure jsonb", "unindexed_joins jsonb", "source_index_gaps jsonb",
 }
 
 func TestReflection(t *testing.T) {

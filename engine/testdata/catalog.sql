@@ -1387,6 +1387,31 @@ CREATE OR REPLACE VIEW "trellis"._read_self_check_divergences AS
 CREATE OR REPLACE VIEW "trellis"._read_workers AS
   SELECT w.worker_id, w.proxy_id, w.kind, w.registered_at, w.last_seen FROM "trellis"._workers w;
 
+-- A JOIN target's fan-out indexes missing now (joins spec §5 item 5): per
+-- join edge, a btree index leading with the earlier item's join columns,
+-- as define requires unless WITHOUT SOURCE INDEX. One jsonb array per
+-- definition that has a gap: [{table, columns, role, create_index}].
+CREATE OR REPLACE VIEW "trellis"._read_index_gaps AS
+  SELECT d.id AS definition_id,
+         jsonb_agg(jsonb_build_object('table', e.tbl, 'columns', e.cols, 'role', 'join',
+           'create_index', format('CREATE INDEX ON %s (%s);', e.tbl,
+             (SELECT string_agg(quote_ident(c), ', ') FROM jsonb_array_elements_text(e.cols) c))) ORDER BY e.n) AS gaps
+  FROM "trellis"._definitions d
+  CROSS JOIN LATERAL (
+    SELECT j.n, j.j -> 'parent_columns' AS cols,
+           CASE WHEN (j.j ->> 'parent')::int = 0 THEN d.source_table
+                ELSE d.compiled #>> ARRAY['spec', 'joins', ((j.j ->> 'parent')::int - 1)::text, 'text'] END AS tbl
+    FROM jsonb_array_elements(coalesce(d.compiled #> '{spec,joins}', '[]')) WITH ORDINALITY AS j(j, n)) e
+  WHERE to_regclass(e.tbl) IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+    WHERE i.indrelid = to_regclass(e.tbl) AND am.amname = 'btree' AND i.indpred IS NULL
+      AND i.indnkeyatts >= jsonb_array_length(e.cols)
+      AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
+           FROM unnest((i.indkey::int2[])[0:jsonb_array_length(e.cols) - 1]) AS k(attnum)
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum)
+        = (SELECT array_agg(c ORDER BY c) FROM jsonb_array_elements_text(e.cols) c))
+  GROUP BY d.id;
+
 -- Pending changes per source table: keys of log rows (a row holds a
 -- statement's keys) not yet covered by the drained prefix (batches drain
 -- out of order, bulk.go), and the age of the oldest in seconds. Its cost
