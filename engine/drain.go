@@ -316,7 +316,8 @@ func (e *Engine) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak 
 		var o *string
 		var h int16
 		var age, at, e2eAge float64
-		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge); err != nil {
+		var fanned bool
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge, &fanned); err != nil {
 			return nil, nil, po, err
 		}
 		if d := time.Duration(age * float64(time.Second)); d > *waited {
@@ -324,9 +325,9 @@ func (e *Engine) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak 
 		}
 		keys = append(keys, k)
 		if unk {
-			meta[k] = keyMeta{hop: h, age: e2eAge}
+			meta[k] = keyMeta{hop: h, age: e2eAge, fanned: fanned}
 		} else {
-			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge}
+			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge, fanned: fanned}
 		}
 		po.originAt = minAt(po.originAt, at)
 		po.unknown = po.unknown || unk

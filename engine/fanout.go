@@ -49,13 +49,19 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 	if len(ks) == 0 {
 		return nil
 	}
-	keys := make([]string, len(ks))
+	// A key staged by a fan-out did not change: nothing reading its row
+	// as a joined item needs re-deriving (and a self-join over cyclic
+	// rows would otherwise stage itself forever).
+	keys := make([]string, 0, len(ks))
 	var origin *string
 	unknown := false
 	var hop int16
-	for i, k := range ks {
-		keys[i] = k.key
+	for _, k := range ks {
 		m := meta[k]
+		if m.fanned {
+			continue
+		}
+		keys = append(keys, k.key)
 		if m.origin == nil {
 			unknown = true
 		} else if origin == nil || lsnLess(*m.origin, *origin) {
@@ -66,11 +72,21 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 	if unknown {
 		origin = nil
 	}
+	if len(keys) == 0 {
+		return nil
+	}
 	for i, j := range c.Spec.Joins {
 		if j.Text != d.table || e.plant.fanOutSkipItem == i+1 {
 			continue
 		}
-		args, _, _ := model.KeyArgs(keys, j.Key, j.KeyNullable)
+		ks := keys
+		if e.plant.fanOutNewOnly {
+			var err error
+			if ks, err = presentKeys(ctx, tx, j, keys); err != nil {
+				return err
+			}
+		}
+		args, _, _ := model.KeyArgs(ks, j.Key, j.KeyNullable)
 		args = append(args, d.cd.id, origin, hop+1)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop) `,
 			e.tbl("_change_log"))+d.cd.FanOut[i], args...); err != nil {
@@ -78,4 +94,16 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 		}
 	}
 	return nil
+}
+
+// presentKeys keeps the keys of j's table that name a row now: the
+// fanOutNewOnly plant, a fan-out that forgets rows that moved away.
+func presentKeys(ctx context.Context, tx pgx.Tx, j model.Join, keys []string) ([]string, error) {
+	args, unnest, _ := model.KeyArgs(keys, j.Key, j.KeyNullable)
+	rows, err := tx.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE EXISTS (SELECT 1 FROM "+j.Table.Quoted()+
+		" AS x WHERE "+model.KeyLookup(`"x"`, "u", j.Key, j.KeyNullable)+")", args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

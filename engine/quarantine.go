@@ -49,6 +49,9 @@ type keyMeta struct {
 	// transaction start, inherited down a chain) was when the page read it,
 	// in seconds of the database's clock.
 	age float64
+	// fanned: every log row of the key in its batch is a JOIN target's
+	// fan-out (op 'fanout'): the key re-derives but fans out no further.
+	fanned bool
 }
 
 // keyFailure is one (definition, key) that failed alone in a probe.

@@ -12,7 +12,7 @@ import (
 
 // FormatVersion is the newest catalog format this build knows: the number
 // of migrations.
-const FormatVersion = 22
+const FormatVersion = 23
 
 //go:embed migrations/*.sql functions/*.sql reads/*.sql
 var files embed.FS

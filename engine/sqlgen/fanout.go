@@ -8,7 +8,8 @@ import (
 )
 
 // fanOut is, for joined item item (1-based), the query whose rows the
-// engine stages as 'rederive' rows of _change_log (src_table, key, op,
+// engine stages as 'fanout' rows (re-derives that never fan out again) of
+// _change_log (src_table, key, op,
 // definition_id, origin_lsn, hop): one for every FROM key whose joined row
 // reads a changed row of the item's table (joins spec §5 item 2). $1 the changed
 // keys of that table and $2.. their parts (model.KeyArgs over the item's
@@ -41,7 +42,7 @@ func fanOut(c *model.Compiled, item int, all bool) string {
 	}
 	var b strings.Builder
 	b.WriteString("SELECT DISTINCT " + base.Lit(c.SourceText) + ", " + model.KeySQL(alias(0), c.Key, c.KeyNullable) +
-		", 'rederive', " + param(1) + "::int8, " + param(2) + "::text::pg_lsn, " + param(3) + "::int2\n")
+		", 'fanout', " + param(1) + "::int8, " + param(2) + "::text::pg_lsn, " + param(3) + "::int2\n")
 	if all {
 		b.WriteString("FROM " + tableOf(j.Parent) + " AS " + alias(j.Parent))
 	} else {

@@ -288,6 +288,8 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
                        AND (viewer IS NULL OR EXISTS (SELECT 1 FROM "trellis"._definitions v WHERE v.id = x.definition_id
                             AND has_table_privilege(viewer, v.target_oid, 'SELECT'))));
 $fn$;
+-- migration 23
+ALTER TABLE "trellis"._batch_keys ADD COLUMN fanned boolean NOT NULL DEFAULT false;
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$

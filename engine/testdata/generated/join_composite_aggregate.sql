@@ -232,11 +232,11 @@ DELETE FROM "public"."j_family_qty" WHERE ctid = ANY($1::tid[]) AND "__members" 
 DELETE FROM "public"."j_family_qty__ledger" WHERE k = ANY($1::text[]) AND NOT member;
 
 -- j_family_qty: fan-out of join 1
-SELECT DISTINCT 'public.j_lines', ("__s"."id")::text, 'rederive', $4::int8, $5::text::pg_lsn, $6::int2
+SELECT DISTINCT 'public.j_lines', ("__s"."id")::text, 'fanout', $4::int8, $5::text::pg_lsn, $6::int2
 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(k, p0, p1) JOIN "public"."j_lines" AS "__s" ON "__s"."maker" = u.p0::text AND "__s"."code" = u.p1::integer;
 
 -- j_family_qty: truncate fan-out of join 1
-SELECT DISTINCT 'public.j_lines', ("__s"."id")::text, 'rederive', $1::int8, $2::text::pg_lsn, $3::int2
+SELECT DISTINCT 'public.j_lines', ("__s"."id")::text, 'fanout', $1::int8, $2::text::pg_lsn, $3::int2
 FROM "public"."j_lines" AS "__s"
 WHERE "__s"."maker" IS NOT NULL AND "__s"."code" IS NOT NULL;
 

@@ -223,21 +223,21 @@ WITH u AS (SELECT * FROM unnest($1::text[], $2::text[]) AS u(k, p0)) SELECT ("__
 WITH u AS (SELECT * FROM unnest($1::text[], $2::text[]) AS u(k, p0)) SELECT (upper("__j2"."name"))::text FROM u JOIN "public"."j_orders" AS "__s" ON "__s"."id" = u.p0::bigint AND ("__s"."id")::text = u.k COLLATE "C" LEFT JOIN "public"."j_customers" AS "__j1" ON "__j1"."id" = "__s"."customer_id" JOIN "public"."j_regions" AS "__j2" ON "__j2"."id" = "__j1"."region_id";
 
 -- j_order_wide: fan-out of join 1
-SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'rederive', $3::int8, $4::text::pg_lsn, $5::int2
+SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'fanout', $3::int8, $4::text::pg_lsn, $5::int2
 FROM unnest($1::text[], $2::text[]) AS u(k, p0) JOIN "public"."j_orders" AS "__s" ON "__s"."customer_id" = u.p0::bigint;
 
 -- j_order_wide: truncate fan-out of join 1
-SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'rederive', $1::int8, $2::text::pg_lsn, $3::int2
+SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'fanout', $1::int8, $2::text::pg_lsn, $3::int2
 FROM "public"."j_orders" AS "__s"
 WHERE "__s"."customer_id" IS NOT NULL;
 
 -- j_order_wide: fan-out of join 2
-SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'rederive', $3::int8, $4::text::pg_lsn, $5::int2
+SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'fanout', $3::int8, $4::text::pg_lsn, $5::int2
 FROM unnest($1::text[], $2::text[]) AS u(k, p0) JOIN "public"."j_customers" AS "__j1" ON "__j1"."region_id" = u.p0::integer
 JOIN "public"."j_orders" AS "__s" ON "__j1"."id" = "__s"."customer_id";
 
 -- j_order_wide: truncate fan-out of join 2
-SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'rederive', $1::int8, $2::text::pg_lsn, $3::int2
+SELECT DISTINCT 'public.j_orders', ("__s"."id")::text, 'fanout', $1::int8, $2::text::pg_lsn, $3::int2
 FROM "public"."j_customers" AS "__j1"
 JOIN "public"."j_orders" AS "__s" ON "__j1"."id" = "__s"."customer_id"
 WHERE "__j1"."region_id" IS NOT NULL;

@@ -1,0 +1,6 @@
+-- 23: a bulk bucket's key remembers whether every log row of it was a
+-- JOIN target's fan-out (op 'fanout', fanout.go): such a key re-derives
+-- but never fans out again.
+
+
+ALTER TABLE {{S}}._batch_keys ADD COLUMN fanned boolean NOT NULL DEFAULT false;
