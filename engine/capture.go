@@ -81,6 +81,12 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 			return false, fmt.Errorf("installing capture on %s: key type %s does not resolve", p.Table, p.Key[i].Type)
 		}
 	}
+	if alt := p.AltTypeNames(); len(alt) > 0 {
+		if err := tx.QueryRow(ctx, `SELECT array_agg(coalesce(to_regtype(t)::oid, 0) ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
+			alt).Scan(&p.AltTypes); err != nil {
+			return false, err
+		}
+	}
 	for _, s := range e.inst().CaptureDDL(p) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			return false, fmt.Errorf("installing capture on %s: %w", p.Table, err)
@@ -202,6 +208,12 @@ func (e *Engine) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defR
 					}
 				}
 				plans[r.table] = e.inst().NewCapturePlan(r.table, key, nullable)
+			}
+			// And the values of the other unique keys it is joined on.
+			for _, j := range d.c.Spec.Joins {
+				if j.Text == r.table && len(j.Match) > 0 {
+					plans[r.table].AddAlt(j.Match, e.inst())
+				}
 			}
 		}
 	}

@@ -365,10 +365,11 @@ func (e *Engine) applyPageShares(ctx context.Context, tx pgx.Tx, pa pageAt, keys
 		return nil
 	}
 	// Fence: readers applying now, share-locked against pause/drop/alter, in id order.
-	defs, skipped, err := e.readers(ctx, tx, tables)
+	defs, skipped, err := e.readers(ctx, tx, withAltBases(tables))
 	if err != nil {
 		return err
 	}
+	defs, skipped = altShares(tables, defs, skipped)
 	if err := e.deferKeys(ctx, tx, skipped, byTable, meta, tr.tables, tr.origin, tr.unknown, tr.hop); err != nil {
 		return err
 	}

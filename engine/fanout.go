@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,7 +32,7 @@ import (
 // it, read after the truncate committed (a truncate batch is a fence).
 func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta, truncate bool, ps pageShare) error {
 	c := d.cd.C
-	if truncate {
+	if truncate { // only the table itself is truncated, never an alternate-key log name
 		origin := ps.tOrigin
 		if ps.tUnknown {
 			origin = nil
@@ -76,7 +77,9 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 		return nil
 	}
 	for i, j := range c.Spec.Joins {
-		if j.Text != d.table || e.plant.fanOutSkipItem == i+1 {
+		// A join on the identity takes the table's own keys, one on another
+		// unique key the values logged under its alternate name.
+		if j.LogTable() != d.table || e.plant.fanOutSkipItem == i+1 {
 			continue
 		}
 		ks := keys
@@ -86,7 +89,8 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 				return err
 			}
 		}
-		args, _, _ := model.KeyArgs(ks, j.Key, j.KeyNullable)
+		mk, mn := j.MatchKey()
+		args, _, _ := model.KeyArgs(ks, mk, mn)
 		args = append(args, d.cd.id, origin, hop+1)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop) `,
 			e.tbl("_change_log"))+d.cd.FanOut[i], args...); err != nil {
@@ -99,11 +103,63 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 // presentKeys keeps the keys of j's table that name a row now: the
 // fanOutNewOnly plant, a fan-out that forgets rows that moved away.
 func presentKeys(ctx context.Context, tx pgx.Tx, j model.Join, keys []string) ([]string, error) {
-	args, unnest, _ := model.KeyArgs(keys, j.Key, j.KeyNullable)
+	mk, mn := j.MatchKey()
+	args, unnest, _ := model.KeyArgs(keys, mk, mn)
 	rows, err := tx.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE EXISTS (SELECT 1 FROM "+j.Table.Quoted()+
-		" AS x WHERE "+model.KeyLookup(`"x"`, "u", j.Key, j.KeyNullable)+")", args...)
+		" AS x WHERE "+model.KeyLookup(`"x"`, "u", mk, mn)+")", args...)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// withAltBases adds to a page's tables the table each alternate-key log
+// name (model.AltLogTable) logs for, whose readers take its keys.
+func withAltBases(tables []string) []string {
+	out := tables
+	for _, t := range tables {
+		if b := model.AltBase(t); b != "" && !slices.Contains(out, b) {
+			out = append(slices.Clip(out), b)
+		}
+	}
+	return out
+}
+
+// altShares gives each joined reader of a table a share of the page's
+// alternate-key log tables of it too (fanOut picks the join each names),
+// skipped where its reader of the table was skipped; readers of a table
+// the page holds no keys or truncate of (added by withAltBases) go.
+func altShares(tables []string, defs []readerDef, skipped []skippedReader) ([]readerDef, []skippedReader) {
+	alts := map[string][]string{}
+	for _, t := range tables {
+		if b := model.AltBase(t); b != "" {
+			alts[b] = append(alts[b], t)
+		}
+	}
+	if len(alts) == 0 {
+		return defs, skipped
+	}
+	var outD []readerDef
+	for _, d := range defs {
+		if slices.Contains(tables, d.table) {
+			outD = append(outD, d)
+		}
+		if d.joined {
+			for _, t := range alts[d.table] {
+				a := d
+				a.table = t
+				outD = append(outD, a)
+			}
+		}
+	}
+	var outS []skippedReader
+	for _, s := range skipped {
+		if slices.Contains(tables, s.table) {
+			outS = append(outS, s)
+		}
+		for _, t := range alts[s.table] {
+			outS = append(outS, skippedReader{id: s.id, table: t})
+		}
+	}
+	return outD, outS
 }

@@ -231,3 +231,60 @@ func TestJoinSelfJoinCycleComesToRest(t *testing.T) {
 		return count(t, pool, `SELECT 1 FROM trellis._change_log`) == 0
 	})
 }
+
+// A join on a unique key other than the joined table's primary key: capture
+// logs the old and new values of that key, so re-keying the dimension's
+// unique column, deleting and re-inserting its rows and NULL codes all
+// reach the FROM rows that join on them.
+func TestJoinOnUniqueKeyMaintained(t *testing.T) {
+	pool := testDB(t)
+	for _, q := range []string{
+		`CREATE TABLE products (id int PRIMARY KEY, sku text UNIQUE, name text)`,
+		`CREATE TABLE lines (id bigint PRIMARY KEY, sku text, qty int)`,
+		`CREATE INDEX ON lines (sku)`,
+		`INSERT INTO products SELECT g, 'sku-' || g, 'product ' || g FROM generate_series(1, 20) g`,
+		`INSERT INTO products VALUES (21, NULL, 'no sku')`,
+		`INSERT INTO lines SELECT g, CASE WHEN g % 9 = 0 THEN NULL ELSE 'sku-' || (g % 25) END, g FROM generate_series(1, 300) g`,
+	} {
+		exec(t, pool, q)
+	}
+	e, _ := startEngine(t, pool, fastConfig())
+	transform(t, e, `TRANSFORM line_names FROM lines l LEFT JOIN products p ON p.sku = l.sku SELECT l.qty AS qty, p.name AS product`)
+	transform(t, e, `TRANSFORM qty_by_product FROM lines l JOIN products p ON p.sku = l.sku GROUP BY p.name SELECT SUM(l.qty) AS qty, COUNT(*) AS n`)
+	awaitLive(t, e, "line_names")
+	awaitLive(t, e, "qty_by_product")
+	check := func(when string) {
+		t.Helper()
+		converge(t, e)
+		if d := diff(t, pool, `SELECT id, qty, product FROM line_names`,
+			`SELECT l.id, l.qty, p.name FROM lines l LEFT JOIN products p ON p.sku = l.sku`); d != "" {
+			t.Fatalf("%s: line_names: %s", when, d)
+		}
+		if d := diff(t, pool, `SELECT name, qty, n FROM qty_by_product`,
+			`SELECT p.name, sum(l.qty), count(*) FROM lines l JOIN products p ON p.sku = l.sku GROUP BY p.name`); d != "" {
+			t.Fatalf("%s: qty_by_product: %s", when, d)
+		}
+	}
+	check("built")
+	exec(t, pool, `UPDATE products SET sku = 'sku-' || (id + 100) WHERE id IN (1, 2, 3)`) // moved away: the old value's readers lose it
+	check("unique key re-keyed")
+	exec(t, pool, `UPDATE products SET sku = 'sku-22' WHERE id = 21`) // a NULL key comes to match
+	check("a NULL key set")
+	exec(t, pool, `DELETE FROM products WHERE id IN (4, 5)`)
+	exec(t, pool, `INSERT INTO products VALUES (104, 'sku-4', 'new four')`)
+	check("deleted and re-inserted under another identity")
+	exec(t, pool, `UPDATE products SET name = name || '!' WHERE id > 10`)
+	exec(t, pool, `UPDATE lines SET sku = 'sku-101' WHERE id % 7 = 0`)
+	check("names and facts changed")
+	exec(t, pool, `TRUNCATE products`)
+	check("dimension truncated")
+	// The joined key column renamed: the dimension's writers never fail
+	// for the capture logging it; its readers pause, naming it.
+	exec(t, pool, `ALTER TABLE products RENAME COLUMN sku TO code`)
+	exec(t, pool, `INSERT INTO products VALUES (1, 'sku-1', 'one')`)
+	exec(t, pool, `UPDATE products SET code = 'sku-2'`)
+	waitFor(t, "line_names paused", 30*time.Second, func() bool {
+		status, f, _ := storedStatus(t, e, "line_names")
+		return status == "paused" && f != nil && f.Table == "public.products"
+	})
+}

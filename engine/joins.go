@@ -104,18 +104,10 @@ func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.Tra
 			return nil, err
 		}
 	}
-	// Every join to-one, and (for now) on the joined table's identity.
+	// Every join to-one.
 	for _, rj := range res.Joins {
 		if err := checkToOne(ctx, q, items, rj); err != nil {
 			return nil, err
-		}
-		it := items[rj.Item]
-		keys := make([]model.KeyCol, len(it.Key))
-		for i, k := range it.Key {
-			keys[i] = model.KeyCol{Name: k}
-		}
-		if err := joinsOnKey(&model.Join{Text: it.text, Columns: rj.Columns, Key: keys}); err != nil {
-			return nil, withPos(err, it.pos)
 		}
 	}
 	// The workers can read and capture every item; the owner's row
@@ -418,8 +410,11 @@ func (e *Engine) resolveJoins(ctx context.Context, q Querier, c *compiled) ([]by
 		if j.Key, j.KeyNullable, _, err = e.sourceKey(ctx, q, oid, j.Text); err != nil {
 			return nil, err
 		}
-		if err := joinsOnKey(j); err != nil {
-			return nil, err
+		if !onIdentity(j) {
+			// Joined on another unique key: capture logs its values too.
+			if j.Match, err = columnKeys(ctx, q, oid, j.Columns); err != nil {
+				return nil, err
+			}
 		}
 		cols := c.Spec.ItemReads(i + 1)
 		if n, ok := at[j.Text]; ok {
@@ -432,29 +427,45 @@ func (e *Engine) resolveJoins(ctx context.Context, q Querier, c *compiled) ([]by
 	return json.Marshal(out)
 }
 
-// joinsOnKey refuses, for now, a join on a unique key other than the
-// joined table's identity: fan-out finds the rows reading a changed row by
-// the keys capture logs (its old and new identity), which covers a join on
-// the identity; a join on another unique key would also need that key's
-// old values in the log.
-func joinsOnKey(j *model.Join) error {
-	if len(j.Columns) == len(j.Key) {
-		all := true
-		for _, k := range j.Key {
-			all = all && slices.Contains(j.Columns, k.Name)
-		}
-		if all {
-			return nil
+// onIdentity reports whether a join's columns are exactly the joined
+// table's identity (its key capture logs).
+func onIdentity(j *model.Join) bool {
+	if len(j.Columns) != len(j.Key) {
+		return false
+	}
+	for _, k := range j.Key {
+		if !slices.Contains(j.Columns, k.Name) {
+			return false
 		}
 	}
-	names := make([]string, len(j.Key))
-	for i, k := range j.Key {
-		names[i] = k.Name
+	return true
+}
+
+// columnKeys describes columns cols of table rel, in that order, as key
+// columns (primaryKey's rendering of their types).
+func columnKeys(ctx context.Context, q Querier, rel uint32, cols []string) ([]model.KeyCol, error) {
+	rows, err := q.Query(ctx, `
+		SELECT a.attname,
+		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, NULL)
+		       ELSE format('%I.%I', tn.nspname, t.typname) END,
+		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, a.atttypmod)
+		       ELSE format('%I.%I', tn.nspname, t.typname) END
+		FROM pg_catalog.unnest($2::text[]) WITH ORDINALITY AS w(name, ord)
+		JOIN pg_attribute a ON a.attrelid = $1 AND a.attname = w.name AND NOT a.attisdropped
+		JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace tn ON tn.oid = t.typnamespace
+		ORDER BY w.ord`, rel, cols)
+	if err != nil {
+		return nil, err
 	}
-	return pgerr.Newf(pgerr.FeatureNotSupported, "join of %s on (%s): joins on a unique key other than the table's primary key (%s) are not supported yet",
-		j.Text, strings.Join(j.Columns, ", "), strings.Join(names, ", ")).
-		WithClass("unsupported", "NotYetSupported").
-		WithHint("join %s on its primary key (%s)", j.Text, strings.Join(names, ", "))
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.KeyCol, error) {
+		var k model.KeyCol
+		err := r.Scan(&k.Name, &k.Type, &k.FullType)
+		return k, err
+	})
+	if err == nil && len(out) != len(cols) {
+		err = fmt.Errorf("columns %v of relation %d: %d found", cols, rel, len(out))
+	}
+	return out, err
 }
 
 // resolveFrom resolves a TRANSFORM's FROM table through the caller's

@@ -174,7 +174,6 @@ func TestJoinRefusalsThroughProxy(t *testing.T) {
 		{`TRANSFORM t FROM customers c JOIN orders o ON o.customer_id = c.id SELECT o.amount AS a`, "0A000", "JoinNotToOne", "orders o"},
 		{`TRANSFORM t FROM orders o JOIN regions r ON r.id = o.customer_id SELECT r.name AS n`, "42804", "JoinTypeMismatch", "regions r"},
 		{`TRANSFORM t FROM skus s JOIN regions r ON r.id = s.code SELECT r.name AS n`, "0A000", "MissingSourceIndex", "regions r"},
-		{`TRANSFORM t FROM orders o JOIN codes k ON k.code = o.maker SELECT k.id AS kid WITHOUT SOURCE INDEX`, "0A000", "NotYetSupported", "codes k"},
 		{`TRANSFORM t FROM orders o JOIN customers c ON c.id = o.customer_id SELECT name AS n, c.nope AS m`, "42703", "UnresolvedColumn", "c.nope"},
 		{`RELATIONSHIP owner FROM orders.customer_id TO customers.id`, "0A000", "RelationshipsReplacedByJoin", "RELATIONSHIP"},
 		{`TRANSFORM t FROM orders o JOIN orders ON orders.id = o.id SELECT o.amount AS a`, "", "", ""},

@@ -22,6 +22,49 @@ type Join struct {
 	Text        string   `json:"text,omitempty"`
 	Key         []KeyCol `json:"key,omitempty"`
 	KeyNullable bool     `json:"key_nullable,omitempty"`
+	// Match is set for a join on a unique key other than the identity:
+	// Columns with their types, which capture logs (old and new values,
+	// NULL-aware) under LogTable, so fan-out finds the rows that read a
+	// changed row by the values they join on.
+	Match []KeyCol `json:"match,omitempty"`
+}
+
+// MatchKey is what fan-out finds a changed row's readers by, as the log
+// carries it: the table's identity for a join on it, else Match.
+func (j *Join) MatchKey() ([]KeyCol, bool) {
+	if len(j.Match) == 0 {
+		return j.Key, j.KeyNullable
+	}
+	return j.Match, true
+}
+
+// LogTable is the _change_log.src_table under which capture logs what
+// MatchKey reads: the table itself, or for a join on another unique key
+// AltLogTable of its columns.
+func (j *Join) LogTable() string {
+	if len(j.Match) == 0 {
+		return j.Text
+	}
+	return AltLogTable(j.Text, j.Columns)
+}
+
+// AltLogTable names the log rows of table's values of cols: table's
+// canonical name (which never holds an unquoted "#") and the columns.
+func AltLogTable(table string, cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = pgx.Identifier{c}.Sanitize()
+	}
+	return table + "#(" + strings.Join(q, ",") + ")"
+}
+
+// AltBase is the table an AltLogTable name logs for ("" for a plain
+// table name).
+func AltBase(logTable string) string {
+	if i := strings.Index(logTable, "#("); i > 0 && strings.HasSuffix(logTable, ")") {
+		return logTable[:i]
+	}
+	return ""
 }
 
 // JoinRead is a column of a joined item a formula reads.

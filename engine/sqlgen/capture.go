@@ -43,6 +43,58 @@ type CapturePlan struct {
 	// cast in the function would raise 42704 in the writer once the type
 	// is renamed.
 	KeyTypes []uint32
+	// Alt are the other unique keys JOIN targets join the table on: each
+	// statement also logs their old and new values (NULL-aware renderings)
+	// under their model.AltLogTable name.
+	Alt []AltKey
+	// AltTypes are the OIDs of the Alt columns' types (guard), in AltCols
+	// order.
+	AltTypes []uint32
+}
+
+// AltKey is one unique key other than the identity that capture logs.
+type AltKey struct {
+	Table string // model.AltLogTable of the captured table and Key's columns
+	Key   []model.KeyCol
+}
+
+// AddAlt adds the alternate key cols of the plan's table, once, and keeps
+// the hash current.
+func (p *CapturePlan) AddAlt(cols []model.KeyCol, in Instance) {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	t := model.AltLogTable(p.Table, names)
+	for _, a := range p.Alt {
+		if a.Table == t {
+			return
+		}
+	}
+	p.Alt = append(p.Alt, AltKey{Table: t, Key: cols})
+	h := sha256.New()
+	aj, _ := json.Marshal(p.Alt)
+	fmt.Fprintf(h, "%s\x00%s", p.Hash, aj)
+	p.Hash = hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// AltCols are the Alt keys' columns not in the identity, each once: the
+// guard checks them too (a rename would fail the alternate INSERT).
+func (p *CapturePlan) AltCols() []model.KeyCol {
+	seen := map[string]bool{}
+	for _, k := range p.Key {
+		seen[k.Name] = true
+	}
+	var out []model.KeyCol
+	for _, a := range p.Alt {
+		for _, k := range a.Key {
+			if !seen[k.Name] {
+				seen[k.Name] = true
+				out = append(out, k)
+			}
+		}
+	}
+	return out
 }
 
 // NewCapturePlan plans table's capture; Hash changes with anything the
@@ -59,6 +111,15 @@ func (p *CapturePlan) KeyTypeNames() []string {
 	out := make([]string, len(p.Key))
 	for i, k := range p.Key {
 		out[i] = k.Type
+	}
+	return out
+}
+
+// AltTypeNames are the AltCols' type names, for resolving AltTypes.
+func (p *CapturePlan) AltTypeNames() []string {
+	var out []string
+	for _, k := range p.AltCols() {
+		out = append(out, k.Type)
 	}
 	return out
 }
@@ -115,7 +176,7 @@ var pinsByType = map[uint32][]string{
 func (p *CapturePlan) setClauses(event string) string {
 	need := map[string]bool{}
 	if event != "truncate" { // a truncate renders no key
-		for _, oid := range p.KeyTypes {
+		for _, oid := range append(append([]uint32{}, p.KeyTypes...), p.AltTypes...) {
 			pins, known := pinsByType[oid]
 			if !known {
 				for _, o := range outputPins {
@@ -166,10 +227,25 @@ BEGIN
 	key := model.KeySQL("x", p.Key, p.Nullable)
 	tl := base.Lit(p.Table)
 	// One log row per statement: its changed keys in one array (an empty
-	// statement writes nothing, array_agg of no rows being NULL).
+	// statement writes nothing, array_agg of no rows being NULL); one more
+	// per alternate key JOIN targets join on, its values in rel (old and
+	// new rows for an update, every one: an extra re-derive is harmless).
+	alt := func(event string, rels ...string) string {
+		var b strings.Builder
+		for _, a := range p.Alt {
+			var from []string
+			for _, r := range rels {
+				from = append(from, "SELECT "+model.KeySQL("x", a.Key, true)+" AS k FROM "+r+" x")
+			}
+			b.WriteString("  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop, origin_at)\n  SELECT " + base.Lit(a.Table) +
+				", a.k, '" + event + "', v_origin, v_hop, v_at FROM (SELECT array_agg(DISTINCT u.k) AS k FROM (" +
+				strings.Join(from, " UNION ALL ") + ") u) a WHERE a.k IS NOT NULL;\n")
+		}
+		return b.String()
+	}
 	one := func(event, rel string) string {
 		return head(event) + "  INSERT INTO " + log + " (src_table, keys, op, origin_lsn, hop, origin_at)\n  SELECT " + tl + ", a.k, '" + event +
-			"', v_origin, v_hop, v_at FROM (SELECT array_agg(" + key + ") AS k FROM " + rel + " x) a WHERE a.k IS NOT NULL;\n" + tail
+			"', v_origin, v_hop, v_at FROM (SELECT array_agg(" + key + ") AS k FROM " + rel + " x) a WHERE a.k IS NOT NULL;\n" + alt(event, rel) + tail
 	}
 	fn := map[string]string{
 		"insert": one("insert", "trellis_new"),
@@ -181,7 +257,7 @@ BEGIN
         FULL JOIN (SELECT ` + key + ` AS k, x AS r FROM trellis_old x) d ON n.k = d.k COLLATE "C"
         WHERE n.k IS NULL OR d.k IS NULL OR n.r *<> d.r) a   -- no-op filter: binary row images
   WHERE a.k IS NOT NULL;
-` + tail,
+` + alt("update", "trellis_old", "trellis_new") + tail,
 		"truncate": head("truncate") + "  INSERT INTO " + log + " (src_table, key, op, origin_lsn, hop, origin_at)\n  VALUES (" + tl +
 			", NULL, 'truncate', v_origin, v_hop, v_at);\n" + in.truncateRecord(p) + tail,
 	}
@@ -238,13 +314,15 @@ func (in Instance) CaptureGuard(p *CapturePlan, event string) string {
 	default:
 		return ""
 	}
-	names := make([]string, len(p.Key))
-	pairs := make([]string, len(p.Key))
-	now := make([]string, len(p.Key))
-	want := make([]string, len(p.Key))
-	for i, k := range p.Key {
+	cols := append(append([]model.KeyCol{}, p.Key...), p.AltCols()...)
+	types := append(append([]uint32{}, p.KeyTypes...), p.AltTypes...)
+	names := make([]string, len(cols))
+	pairs := make([]string, len(cols))
+	now := make([]string, len(cols))
+	want := make([]string, len(cols))
+	for i, k := range cols {
 		names[i] = base.Lit(k.Name)
-		oid := model.Itoa(int(p.KeyTypes[i]))
+		oid := model.Itoa(int(types[i]))
 		pairs[i] = "(" + base.Lit(k.Name) + "::name, " + oid + "::oid)"
 		now[i] = "pg_typeof((SELECT x." + base.Ident(k.Name) + " FROM " + rel + " x LIMIT 0))::oid"
 		want[i] = oid + "::oid"
@@ -256,9 +334,9 @@ func (in Instance) CaptureGuard(p *CapturePlan, event string) string {
     AND NOT attisdropped AND (attname, atttypid) IN (` + strings.Join(pairs, ", ") + `) AND xmax = 0;
 `
 	miss := "NOT FOUND"
-	if len(p.Key) > 1 {
+	if len(cols) > 1 {
 		probe += "  GET DIAGNOSTICS v_n = ROW_COUNT;\n"
-		miss = "v_n <> " + model.Itoa(len(p.Key))
+		miss = "v_n <> " + model.Itoa(len(cols))
 	}
 	return probe + `  IF ` + miss + ` THEN
     -- Changed, or seen through a snapshot that may be stale: ask the current catalog.

@@ -58,3 +58,32 @@ func TestPinOutputs(t *testing.T) {
 		t.Fatalf("PinOutputs = %s", got)
 	}
 }
+
+// A table a JOIN target joins on another unique key also logs that key's
+// values, under its alternate log name, guarded like the identity; the
+// hash follows the alternate keys.
+func TestCaptureDDLAlternateKeys(t *testing.T) {
+	in := Instance{Schema: "trellis", Worker: "w"}
+	p := in.NewCapturePlan(`public.products`, []model.KeyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+	plain := p.Hash
+	p.AddAlt([]model.KeyCol{{Name: "sku", Type: "text", FullType: "text"}}, in)
+	p.AddAlt([]model.KeyCol{{Name: "sku", Type: "text", FullType: "text"}}, in) // once
+	if len(p.Alt) != 1 || p.Alt[0].Table != `public.products#("sku")` || p.Hash == plain {
+		t.Fatalf("alt %+v hash %s (plain %s)", p.Alt, p.Hash, plain)
+	}
+	p.KeyTypes, p.AltTypes = []uint32{23}, []uint32{25}
+	ddl := in.CaptureDDL(p)
+	for i, ev := range CaptureEvents {
+		fn := ddl[4*i]
+		logs := strings.Contains(fn, `'public.products#("sku")'`)
+		if logs != (ev != "truncate") {
+			t.Errorf("%s: alternate key logged = %v", ev, logs)
+		}
+		if ev != "truncate" && !strings.Contains(fn, `attname IN ('id', 'sku')`) {
+			t.Errorf("%s: the guard does not check the alternate key's column: %.600s", ev, fn)
+		}
+	}
+	if upd := ddl[4]; !strings.Contains(upd, "FROM trellis_old x UNION ALL SELECT") {
+		t.Errorf("update logs old and new values: %s", upd)
+	}
+}

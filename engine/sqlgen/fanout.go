@@ -26,8 +26,9 @@ import (
 func fanOut(c *model.Compiled, item int, all bool) string {
 	s := &c.Spec
 	j := s.Joins[item-1]
-	_, unnest, _ := model.KeyArgs(nil, j.Key, j.KeyNullable)
-	n := len(j.Key)
+	mk, mn := j.MatchKey()
+	_, unnest, _ := model.KeyArgs(nil, mk, mn)
+	n := len(mk)
 	if all {
 		n = -1
 	}
@@ -56,12 +57,12 @@ func fanOut(c *model.Compiled, item int, all bool) string {
 			b.WriteString(" AND ")
 		}
 		at := 0
-		for k, kc := range j.Key {
+		for k, kc := range mk {
 			if kc.Name == col {
 				at = k
 			}
 		}
-		b.WriteString(model.JoinColumn(j.Parent, j.ParentColumns[i]) + " = u." + model.PartCol(at) + "::" + j.Key[at].Type)
+		b.WriteString(model.JoinColumn(j.Parent, j.ParentColumns[i]) + " = u." + model.PartCol(at) + "::" + mk[at].Type)
 	}
 	for p := len(path) - 1; p > 0; p-- {
 		step := s.Joins[path[p]-1] // joins path[p-1] to path[p]
