@@ -424,3 +424,46 @@ func TestSCGroupPages(t *testing.T) {
 		}
 	}
 }
+
+// A JOIN target is self-checked against its own join: untouched it
+// converges, a tampered cell and a row the join no longer yields are found.
+func TestSCJoinTarget(t *testing.T) {
+	h := scStart(t)
+	c := h.client(t)
+	for _, q := range []string{
+		`CREATE TABLE sc_teams (id int PRIMARY KEY, name text)`,
+		`CREATE TABLE sc_tickets (id bigint PRIMARY KEY, team_id int, title text)`,
+		`CREATE INDEX ON sc_tickets (team_id)`,
+		`INSERT INTO sc_teams SELECT g, 'team ' || g FROM generate_series(1, 3) g`,
+		`INSERT INTO sc_tickets SELECT g, g % 4, 'ticket ' || g FROM generate_series(1, 30) g`,
+		`TRANSFORM sc_ticket_teams FROM sc_tickets t JOIN sc_teams m ON m.id = t.team_id SELECT t.title AS title, m.name AS team`,
+		`TRANSFORM sc_team_counts FROM sc_tickets t LEFT JOIN sc_teams m ON m.id = t.team_id GROUP BY m.name SELECT COUNT(*) AS n`,
+	} {
+		mustExec(t, c, q)
+	}
+	h.waitStatus(t, "sc_ticket_teams", "live")
+	h.waitStatus(t, "sc_team_counts", "live")
+	for _, target := range []string{"sc_ticket_teams", "sc_team_counts"} {
+		if id, outcome := scCheck(t, c, target, "strict"); outcome != "converged" || scDivergences(t, c, id) != "" {
+			t.Fatalf("%s untouched: %s %s", target, outcome, scDivergences(t, c, id))
+		}
+	}
+	ctx := context.Background()
+	for _, q := range []string{
+		`UPDATE sc_ticket_teams SET team = 'wrong' WHERE id = 1`,
+		`INSERT INTO sc_ticket_teams (id, title, team) VALUES (4, 'ticket 4', 'none')`, // team_id 0: the INNER JOIN yields no row
+		`UPDATE sc_team_counts SET n = n + 1 WHERE name = 'team 2'`,
+	} {
+		if _, err := h.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	id, outcome := scCheck(t, c, "sc_ticket_teams", "strict")
+	if got, want := scDivergences(t, c, id), "cell 1 team wrong team 1; extra_row 4 - -"; outcome != "diverged" || got != want {
+		t.Fatalf("sc_ticket_teams: %s %q, want %q", outcome, got, want)
+	}
+	id, outcome = scCheck(t, c, "sc_team_counts", "strict")
+	if got, want := scDivergences(t, c, id), "cell team 2 n 9 8"; outcome != "diverged" || got != want {
+		t.Fatalf("sc_team_counts: %s %q, want %q", outcome, got, want)
+	}
+}
