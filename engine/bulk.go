@@ -93,7 +93,7 @@ func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak stri
 		return tx.Query(ctx, fmt.Sprintf(`SELECT src_table, key, unknown_origin, origin_lsn::text, hop,
 			  extract(epoch FROM clock_timestamp() - staged_at)::float8,
 			  extract(epoch FROM origin_at)::float8,
-			  extract(epoch FROM clock_timestamp() - origin_at)::float8, fanned
+			  extract(epoch FROM clock_timestamp() - origin_at)::float8, fanned, fan_defs
 			FROM %s WHERE batch_seq = $1 AND bucket = $2
 			  AND (src_table, key) > ($3::text COLLATE "C", $4::text COLLATE "C")
 			ORDER BY src_table, key LIMIT $5`, e.tbl("_batch_keys")),
@@ -103,7 +103,7 @@ func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak stri
 		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
 		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
 		  extract(epoch FROM clock_timestamp() - min(coalesce(c.origin_at, c.staged_at)))::float8,
-		  bool_and(c.op = 'fanout') `+
+		  bool_and(c.op = 'fanout'), array_agg(DISTINCT c.definition_id) FILTER (WHERE c.op = 'fanout') `+
 		e.batchWindow(true)+
 		` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
 		  AND (c.src_table COLLATE "C", k.key COLLATE "C") > ($4::text COLLATE "C", $5::text COLLATE "C")
@@ -118,9 +118,10 @@ func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) erro
 	defer func() {
 		e.log.Debug("bucket keys materialised", "batch", pa.batch, "bucket", pa.bucket, "took", time.Since(t0))
 	}()
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (batch_seq, bucket, src_table, key, unknown_origin, origin_lsn, hop, staged_at, origin_at, fanned)
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (batch_seq, bucket, src_table, key, unknown_origin, origin_lsn, hop, staged_at, origin_at, fanned, fan_defs)
 		SELECT $1::int8, $3::int2, c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn), max(c.hop),
-		  min(c.staged_at), min(coalesce(c.origin_at, c.staged_at)), bool_and(c.op = 'fanout') `, e.tbl("_batch_keys"))+
+		  min(c.staged_at), min(coalesce(c.origin_at, c.staged_at)), bool_and(c.op = 'fanout'),
+		  array_agg(DISTINCT c.definition_id) FILTER (WHERE c.op = 'fanout') `, e.tbl("_batch_keys"))+
 		e.batchWindow(true)+` AND c.change_id % $2 = $3 AND k.key IS NOT NULL
 		GROUP BY c.src_table, k.key`, pa.batch, pa.bucketCount, pa.bucket); err != nil {
 		return err

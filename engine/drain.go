@@ -317,18 +317,22 @@ func (e *Engine) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak 
 		var h int16
 		var age, at, e2eAge float64
 		var fanned bool
-		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge, &fanned); err != nil {
+		var fanDefs []int64
+		if err := rows.Scan(&k.table, &k.key, &unk, &o, &h, &age, &at, &e2eAge, &fanned, &fanDefs); err != nil {
 			return nil, nil, po, err
 		}
 		if d := time.Duration(age * float64(time.Second)); d > *waited {
 			*waited = d
 		}
 		keys = append(keys, k)
+		m := keyMeta{origin: o, hop: h, age: e2eAge}
 		if unk {
-			meta[k] = keyMeta{hop: h, age: e2eAge, fanned: fanned}
-		} else {
-			meta[k] = keyMeta{origin: o, hop: h, age: e2eAge, fanned: fanned}
+			m.origin = nil
 		}
+		if fanned {
+			m.fanDefs = fanDefs
+		}
+		meta[k] = m
 		po.originAt = minAt(po.originAt, at)
 		po.unknown = po.unknown || unk
 		if o != nil && (po.origin == nil || lsnLess(*o, *po.origin)) {
@@ -390,7 +394,7 @@ func (e *Engine) applyPageShares(ctx context.Context, tx pgx.Tx, pa pageAt, keys
 		return err
 	}
 	for _, d := range defs {
-		ks := byTable[d.table]
+		ks := fannedFor(d, byTable[d.table], meta)
 		if h := held[d.cd.id]; len(h) > 0 {
 			kept := make([]pageKey, 0, len(ks))
 			for _, k := range ks {

@@ -59,7 +59,7 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 	var hop int16
 	for _, k := range ks {
 		m := meta[k]
-		if m.fanned {
+		if m.fanDefs != nil {
 			continue
 		}
 		keys = append(keys, k.key)
@@ -162,4 +162,25 @@ func altShares(tables []string, defs []readerDef, skipped []skippedReader) ([]re
 		}
 	}
 	return outD, outS
+}
+
+// fannedFor keeps of a page's keys those d applies: a key only a JOIN
+// fan-out staged (keyMeta.fanDefs) re-derives for the definitions that
+// staged it, and fans out for none (fanOut skips it too).
+func fannedFor(d readerDef, ks []pageKey, meta map[pageKey]keyMeta) []pageKey {
+	var out []pageKey // nil until a key is left out
+	for i, k := range ks {
+		fd := meta[k].fanDefs
+		keep := fd == nil || (!d.joined && slices.Contains(fd, d.cd.id))
+		switch {
+		case keep && out != nil:
+			out = append(out, k)
+		case !keep && out == nil:
+			out = append(make([]pageKey, 0, len(ks)), ks[:i]...)
+		}
+	}
+	if out == nil {
+		return ks
+	}
+	return out
 }

@@ -49,9 +49,10 @@ type keyMeta struct {
 	// transaction start, inherited down a chain) was when the page read it,
 	// in seconds of the database's clock.
 	age float64
-	// fanned: every log row of the key in its batch is a JOIN target's
-	// fan-out (op 'fanout'): the key re-derives but fans out no further.
-	fanned bool
+	// fanDefs, when set, are the definitions whose JOIN fan-out staged
+	// every log row of the key in its batch (op 'fanout'): the key
+	// re-derives for them alone and fans out no further.
+	fanDefs []int64
 }
 
 // keyFailure is one (definition, key) that failed alone in a probe.

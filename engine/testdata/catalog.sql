@@ -289,7 +289,8 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
                             AND has_table_privilege(viewer, v.target_oid, 'SELECT'))));
 $fn$;
 -- migration 23
-ALTER TABLE "trellis"._batch_keys ADD COLUMN fanned boolean NOT NULL DEFAULT false;
+ALTER TABLE "trellis"._batch_keys ADD COLUMN fanned boolean NOT NULL DEFAULT false,
+  ADD COLUMN fan_defs bigint[];
 -- functions
 CREATE OR REPLACE FUNCTION "trellis"._check_acting(acting regrole) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
