@@ -64,13 +64,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 	}
 
 	var upstream *compiled
-	if err := checkSourceKeyTypes(ctx, q, srcOID, c.SourceText); err != nil {
-		return nil, err
-	}
-	if err := checkRowSecurity(ctx, q, srcOID, c.SourceText); err != nil {
-		return nil, err
-	}
-	if c.Key, c.KeyNullable, upstream, err = e.sourceKey(ctx, q, srcOID, c.SourceText); err != nil {
+	if c.Key, c.KeyNullable, upstream, err = e.keyOfReadTable(ctx, q, srcOID, c.SourceText); err != nil {
 		return nil, err
 	}
 	if !spec.IsAggregate() {
@@ -202,6 +196,19 @@ func (e *Engine) targetFree(ctx context.Context, q Querier, spec Spec) error {
 		return err
 	}
 	return nil
+}
+
+// keyOfReadTable is sourceKey for a table a definition reads (its source or
+// a joined table), after the key-type and row-security rules every read
+// table obeys.
+func (e *Engine) keyOfReadTable(ctx context.Context, q Querier, oid uint32, text string) ([]keyCol, bool, *compiled, error) {
+	if err := checkSourceKeyTypes(ctx, q, oid, text); err != nil {
+		return nil, false, nil, err
+	}
+	if err := checkRowSecurity(ctx, q, oid, text); err != nil {
+		return nil, false, nil, err
+	}
+	return e.sourceKey(ctx, q, oid, text)
 }
 
 // sourceKey is the key a definition over the source srcOID inherits: its

@@ -8,6 +8,14 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
+// execAll runs each statement in turn.
+func execAll(t *testing.T, q Querier, stmts ...string) {
+	t.Helper()
+	for _, s := range stmts {
+		exec(t, q, s)
+	}
+}
+
 // transform runs a TRANSFORM statement through Apply and commits it.
 func transform(t *testing.T, e *Engine, stmt string) {
 	t.Helper()
@@ -35,7 +43,7 @@ func transform(t *testing.T, e *Engine, stmt string) {
 // dimension's own foreign key re-pointed, a dimension truncated.
 func TestJoinTargetsMaintained(t *testing.T) {
 	pool := testDB(t)
-	for _, q := range []string{
+	execAll(t, pool,
 		`CREATE TABLE regions (id int PRIMARY KEY, name text)`,
 		`CREATE TABLE customers (id bigint PRIMARY KEY, name text, region_id int)`,
 		`CREATE INDEX ON customers (region_id)`,
@@ -44,9 +52,7 @@ func TestJoinTargetsMaintained(t *testing.T) {
 		`INSERT INTO regions SELECT g, 'region ' || g FROM generate_series(1, 5) g`,
 		`INSERT INTO customers SELECT g, 'cust ' || g, CASE WHEN g % 7 = 0 THEN NULL ELSE g % 6 END FROM generate_series(1, 50) g`,
 		`INSERT INTO orders SELECT g, CASE WHEN g % 11 = 0 THEN NULL ELSE g % 55 END, g FROM generate_series(1, 1000) g`,
-	} {
-		exec(t, pool, q)
-	}
+	)
 	e, _ := startEngine(t, pool, fastConfig())
 	transform(t, e, `TRANSFORM order_wide FROM orders o LEFT JOIN customers c ON c.id = o.customer_id LEFT JOIN regions r ON r.id = c.region_id
 		SELECT o.amount AS amount, c.name AS customer, r.name AS region`)
@@ -99,15 +105,13 @@ func TestJoinTargetsMaintained(t *testing.T) {
 // the dimension's capture.
 func TestJoinTargetLifecycle(t *testing.T) {
 	pool := testDB(t)
-	for _, q := range []string{
+	execAll(t, pool,
 		`CREATE TABLE teams (id int PRIMARY KEY, name text, floor int)`,
 		`CREATE TABLE tickets (id bigint PRIMARY KEY, team_id int, title text)`,
 		`CREATE INDEX ON tickets (team_id)`,
 		`INSERT INTO teams SELECT g, 'team ' || g, g FROM generate_series(1, 5) g`,
 		`INSERT INTO tickets SELECT g, g % 6, 'ticket ' || g FROM generate_series(1, 200) g`,
-	} {
-		exec(t, pool, q)
-	}
+	)
 	e, _ := startEngine(t, pool, fastConfig())
 	ctx := context.Background()
 	run := func(stmt string) {
@@ -172,16 +176,14 @@ func TestJoinTargetLifecycle(t *testing.T) {
 // one-table transform.
 func TestJoinTargetQuarantinePerFromKey(t *testing.T) {
 	pool := testDB(t)
-	for _, q := range []string{
+	execAll(t, pool,
 		`CREATE TABLE units (id int PRIMARY KEY, per int)`,
 		`CREATE TABLE readings (id bigint PRIMARY KEY, unit_id int, v int)`,
 		`CREATE INDEX ON readings (unit_id)`,
 		`INSERT INTO units SELECT g, g FROM generate_series(1, 5) g`,
 		`INSERT INTO readings SELECT g, g % 4 + 1, g * 10 FROM generate_series(1, 40) g`,
 		`INSERT INTO readings VALUES (41, 5, 410)`,
-	} {
-		exec(t, pool, q)
-	}
+	)
 	e, _ := startEngine(t, pool, fastConfig())
 	transform(t, e, `TRANSFORM scaled FROM readings r JOIN units u ON u.id = r.unit_id SELECT r.v / u.per AS scaled, r.v AS v`)
 	transform(t, e, `TRANSFORM raw FROM readings r LEFT JOIN units u ON u.id = r.unit_id SELECT r.v AS v, u.per AS per`)
@@ -238,16 +240,14 @@ func TestJoinSelfJoinCycleComesToRest(t *testing.T) {
 // reach the FROM rows that join on them.
 func TestJoinOnUniqueKeyMaintained(t *testing.T) {
 	pool := testDB(t)
-	for _, q := range []string{
+	execAll(t, pool,
 		`CREATE TABLE products (id int PRIMARY KEY, sku text UNIQUE, name text)`,
 		`CREATE TABLE lines (id bigint PRIMARY KEY, sku text, qty int)`,
 		`CREATE INDEX ON lines (sku)`,
 		`INSERT INTO products SELECT g, 'sku-' || g, 'product ' || g FROM generate_series(1, 20) g`,
 		`INSERT INTO products VALUES (21, NULL, 'no sku')`,
 		`INSERT INTO lines SELECT g, CASE WHEN g % 9 = 0 THEN NULL ELSE 'sku-' || (g % 25) END, g FROM generate_series(1, 300) g`,
-	} {
-		exec(t, pool, q)
-	}
+	)
 	e, _ := startEngine(t, pool, fastConfig())
 	transform(t, e, `TRANSFORM line_names FROM lines l LEFT JOIN products p ON p.sku = l.sku SELECT l.qty AS qty, p.name AS product`)
 	transform(t, e, `TRANSFORM qty_by_product FROM lines l JOIN products p ON p.sku = l.sku GROUP BY p.name SELECT SUM(l.qty) AS qty, COUNT(*) AS n`)
@@ -295,15 +295,13 @@ func TestJoinOnUniqueKeyMaintained(t *testing.T) {
 // lock entry in a 1-1 target's ledger; a fresh build leaves none).
 func TestJoinFanOutScopedToItsTransform(t *testing.T) {
 	pool := testDB(t)
-	for _, q := range []string{
+	execAll(t, pool,
 		`CREATE TABLE kinds (id int PRIMARY KEY, label text)`,
 		`CREATE TABLE items (id bigint PRIMARY KEY, kind_id int, v int)`,
 		`CREATE INDEX ON items (kind_id)`,
 		`INSERT INTO kinds SELECT g, 'kind ' || g FROM generate_series(1, 3) g`,
 		`INSERT INTO items SELECT g, g % 3 + 1, g FROM generate_series(1, 300) g`,
-	} {
-		exec(t, pool, q)
-	}
+	)
 	e, _ := startEngine(t, pool, fastConfig())
 	transform(t, e, `TRANSFORM item_kinds FROM items i JOIN kinds k ON k.id = i.kind_id SELECT k.label AS label`)
 	transform(t, e, `TRANSFORM item_doubles FROM items SELECT v * 2 AS twice`)

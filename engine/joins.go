@@ -401,13 +401,7 @@ func (e *Engine) resolveJoins(ctx context.Context, q Querier, c *compiled) ([]by
 		if err != nil {
 			return nil, err
 		}
-		if err := checkSourceKeyTypes(ctx, q, oid, j.Text); err != nil {
-			return nil, err
-		}
-		if err := checkRowSecurity(ctx, q, oid, j.Text); err != nil {
-			return nil, err
-		}
-		if j.Key, j.KeyNullable, _, err = e.sourceKey(ctx, q, oid, j.Text); err != nil {
+		if j.Key, j.KeyNullable, _, err = e.keyOfReadTable(ctx, q, oid, j.Text); err != nil {
 			return nil, err
 		}
 		if !onIdentity(j) {
