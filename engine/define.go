@@ -249,9 +249,9 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 	return key, nullable, upstream, nil
 }
 
-func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
-	rows, err := q.Query(ctx, `
-		SELECT a.attname,
+// keyColSelect renders key column a (type t in namespace tn) as a keyCol
+// scans it: name, type without and with modifier and COLLATE clause.
+const keyColSelect = `SELECT a.attname,
 		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, NULL)
 		       ELSE format('%I.%I', tn.nspname, t.typname) END,
 		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, a.atttypmod)
@@ -259,7 +259,16 @@ func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
 		  || CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
 		          THEN (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname)
 		                FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
-		                WHERE co.oid = a.attcollation) ELSE '' END
+		                WHERE co.oid = a.attcollation) ELSE '' END`
+
+func scanKeyCol(r pgx.CollectableRow) (keyCol, error) {
+	var k keyCol
+	err := r.Scan(&k.Name, &k.Type, &k.FullType)
+	return k, err
+}
+
+func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
+	rows, err := q.Query(ctx, keyColSelect+`
 		FROM pg_index i
 		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
@@ -268,11 +277,7 @@ func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (keyCol, error) {
-		var k keyCol
-		err := r.Scan(&k.Name, &k.Type, &k.FullType)
-		return k, err
-	})
+	return pgx.CollectRows(rows, scanKeyCol)
 }
 
 // probeTypes runs "SELECT exprs FROM source LIMIT 0" (checking privileges

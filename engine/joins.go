@@ -438,12 +438,7 @@ func onIdentity(j *model.Join) bool {
 // columnKeys describes columns cols of table rel, in that order, as key
 // columns (primaryKey's rendering of their types).
 func columnKeys(ctx context.Context, q Querier, rel uint32, cols []string) ([]model.KeyCol, error) {
-	rows, err := q.Query(ctx, `
-		SELECT a.attname,
-		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, NULL)
-		       ELSE format('%I.%I', tn.nspname, t.typname) END,
-		  CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace THEN format_type(t.oid, a.atttypmod)
-		       ELSE format('%I.%I', tn.nspname, t.typname) END
+	rows, err := q.Query(ctx, keyColSelect+`
 		FROM pg_catalog.unnest($2::text[]) WITH ORDINALITY AS w(name, ord)
 		JOIN pg_attribute a ON a.attrelid = $1 AND a.attname = w.name AND NOT a.attisdropped
 		JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace tn ON tn.oid = t.typnamespace
@@ -451,11 +446,7 @@ func columnKeys(ctx context.Context, q Querier, rel uint32, cols []string) ([]mo
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (model.KeyCol, error) {
-		var k model.KeyCol
-		err := r.Scan(&k.Name, &k.Type, &k.FullType)
-		return k, err
-	})
+	out, err := pgx.CollectRows(rows, scanKeyCol)
 	if err == nil && len(out) != len(cols) {
 		err = fmt.Errorf("columns %v of relation %d: %d found", cols, rel, len(out))
 	}
