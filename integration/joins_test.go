@@ -159,7 +159,7 @@ func TestJoinTargetsThroughProxy(t *testing.T) {
 // Each refusal of joins spec §2-§4 through the proxy, with its SQLSTATE,
 // variant and caret (psql's position is 1-based, in characters).
 func TestJoinRefusalsThroughProxy(t *testing.T) {
-	h, c := startJoinSchema(t)
+	_, c := startJoinSchema(t)
 	ctx := context.Background()
 	mustExec(t, c, `CREATE TABLE codes (id bigint PRIMARY KEY, code text UNIQUE)`)
 	many := "TRANSFORM t FROM orders o"
