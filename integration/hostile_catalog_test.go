@@ -164,3 +164,55 @@ func catalogCraftedStatement(t *testing.T, h *trellisHarness) {
 	}
 	execAssertNothingGained(t, h)
 }
+
+// JOIN targets (issue 16) through crafted catalog calls: a compiled form
+// that joins the victim's table under a statement that joins nothing is
+// paused, never run; naming the victim's table as a joined read is refused
+// by _define for want of SELECT on it.
+func TestCatalogCraftedJoinNeverReads(t *testing.T) { eachWorkers(t, catalogCraftedJoin) }
+
+func catalogCraftedJoin(t *testing.T, h *trellisHarness) {
+	m, id := catalogSetup(t, h, h.workers)
+	ctx := context.Background()
+	join := `[{"table": {"schema": "public", "name": "cat_victim_src"}, "parent": 0, "columns": ["id"], "parent_columns": ["id"],
+		"text": "public.cat_victim_src", "key": [{"name": "id", "type": "integer", "full_type": "integer"}]}]`
+	var stmt, compiled string
+	if err := h.pool.QueryRow(ctx, `SELECT replace(d.definition_sql, 'cat_t', 'cat_evil_join'),
+		  jsonb_set(jsonb_set(jsonb_set(jsonb_set(d.compiled, '{spec,fields,0,expr}', to_jsonb('("__j1"."a")::text'::text)),
+		    '{spec,joins}', $2::jsonb), '{spec,target,name}', '"cat_evil_join"'), '{target_text}', '"public.cat_evil_join"')::text
+		FROM trellis._definitions d WHERE d.id = $1`, id, join).Scan(&stmt, &compiled); err != nil {
+		t.Fatal(err)
+	}
+	target := `{"cols":[{"n":"id","t":23,"m":-1,"nn":true},{"n":"w","t":25,"m":-1}],"pk":["id"]}`
+	ledger := `{"cols":[{"n":"k","t":25,"m":-1,"nn":true}],"pk":["k"]}`
+	// Naming the victim's table as a read: refused, she may not SELECT it.
+	_, err := m.Exec(ctx, `SELECT trellis._define('exec_mallory'::regrole, 'public', 'cat_evil_join', $1::jsonb, $2::jsonb, 'one_to_one',
+		'public.cat_src', 'public.cat_src'::regclass, $3, $4::jsonb, '["v"]', 'source',
+		jsonb_build_array(jsonb_build_object('table', 'public.cat_victim_src', 'oid', 'public.cat_victim_src'::regclass::oid, 'columns', '["id", "a"]'::jsonb)))`,
+		target, ledger, stmt, compiled)
+	if pe := pgErrOf(t, err); pe.Code != "42501" || !strings.Contains(pe.Detail, "MissingPrivilege") {
+		t.Fatalf("joined read of the victim's table: %s %s %q", pe.Code, pe.Message, pe.Detail)
+	}
+	// Not naming it: recorded, but the workers compile her statement, which
+	// joins nothing, and pause the row that does not match it.
+	mustExec(t, m, `SELECT trellis._define('exec_mallory'::regrole, 'public', 'cat_evil_join', $1::jsonb, $2::jsonb, 'one_to_one',
+		'public.cat_src', 'public.cat_src'::regclass, $3, $4::jsonb, '["v"]', 'source', NULL)`, target, ledger, stmt, compiled)
+	mustExec(t, m, `SELECT pg_notify('trellis_wake', 'define')`)
+	deadline := time.Now().Add(20 * time.Second)
+	status, failure := execStatus(t, h, "cat_evil_join")
+	for !(status == "paused" && strings.Contains(failure, "does not match its statement")) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		status, failure = execStatus(t, h, "cat_evil_join")
+	}
+	if status != "paused" || !strings.Contains(failure, "does not match its statement") {
+		t.Fatalf("crafted join: status %q (%q), want paused", status, failure)
+	}
+	var leaked int
+	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM public.cat_evil_join WHERE w ~ '^[0-9]+$'`).Scan(&leaked); err != nil {
+		t.Fatal(err)
+	}
+	if leaked > 0 {
+		t.Fatalf("%d rows of the victim's table reached her target", leaked)
+	}
+	execAssertNothingGained(t, h)
+}
