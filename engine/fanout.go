@@ -70,7 +70,14 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 		if j.Text != d.table || e.plant.fanOutSkipItem == i+1 {
 			continue
 		}
-		args, _, _ := model.KeyArgs(keys, j.Key, j.KeyNullable)
+		changed := keys
+		if e.plant.fanOutNewOnly {
+			var err error
+			if changed, err = e.plantExistingKeys(ctx, tx, j, keys); err != nil {
+				return err
+			}
+		}
+		args, _, _ := model.KeyArgs(changed, j.Key, j.KeyNullable)
 		args = append(args, d.cd.id, origin, hop+1)
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop) `,
 			e.tbl("_change_log"))+d.cd.FanOut[i], args...); err != nil {
@@ -78,4 +85,16 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 		}
 	}
 	return nil
+}
+
+// plantExistingKeys is the fanOutNewOnly fault: of keys, those whose row
+// exists now in j's table, so a row that moved away or was deleted fans
+// out to nothing (the FROM rows that read it keep its old values).
+func (e *Engine) plantExistingKeys(ctx context.Context, tx pgx.Tx, j model.Join, keys []string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT k FROM unnest($1::text[]) AS u(k) WHERE EXISTS (SELECT 1 FROM `+j.Table.Quoted()+
+		` AS x WHERE `+model.KeySQL("x", j.Key, j.KeyNullable)+` = u.k)`, keys)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
