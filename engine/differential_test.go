@@ -382,6 +382,9 @@ func (dr *diffRun) stuckBuilds() string {
 	for _, tb := range []string{"_poison", "_deferred", "_page_failures"} {
 		dr.writeRows(&b, "  "+tb+" ", `SELECT format('%s', x) FROM trellis.`+tb+` x LIMIT 20`)
 	}
+	dr.writeRows(&b, "  unsealed log ", `SELECT format('%s', row(c.change_id, c.src_table, c.key, cardinality(c.keys), c.op, c.definition_id, c.origin_lsn, c.txid, c.hop, c.staged_at, d.seq, d.snap, pg_current_snapshot()))
+		FROM trellis._change_log c, (SELECT seq, snap FROM trellis._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1) d
+		WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) ORDER BY c.change_id LIMIT 10`)
 	dr.writeRows(&b, "  undrained ", `SELECT format('%s', row(seq, state, row_count, bucket_count, has_truncate)) FROM trellis._batches WHERE state <> 'drained' ORDER BY seq LIMIT 10`)
 	for _, line := range strings.Split(dr.logs.String(), "\n") {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "build task") || strings.Contains(line, "step retried") {

@@ -160,7 +160,7 @@ type plants struct {
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
 	keepLog             bool // never retire (diagnostics)
 	bulkKeyLost         bool // a materialised bucket loses one key in three, its first among them (bulk.go)
-	fanOutSkipItem      int  // a JOIN target's changes of its n-th joined item fan out to nothing (fanout.go)
+	fanOutSkipItem      int  // a JOIN target's changes (truncates too) of its n-th joined item fan out to nothing (fanout.go)
 	fanOutNewOnly       bool // fan-out reads only the keys' current rows: a row that moved away is missed (fanout.go)
 	// joinReadEarly: a JOIN target's re-derive reads its joined tables in
 	// a statement before the ledger lock, then waits up to this long
