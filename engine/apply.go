@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -68,6 +70,13 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 		e.log.Warn("undecodable keys skipped", "definition", cd.id, "count", len(bad))
 	}
 	good := args[0].([]string)
+	derive := cd.Derive
+	if e.plant.joinReadEarly > 0 && len(cd.C.Spec.Joins) > 0 {
+		var err error
+		if derive, err = e.plantReadJoinsEarly(ctx, tx, cd); err != nil {
+			return err
+		}
+	}
 	locked := false
 	for attempt := 0; attempt < 5 && !locked; attempt++ {
 		if _, err := tx.Exec(ctx, cd.LockInsert, good); err != nil {
@@ -86,13 +95,13 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 		e.plant.pageHook("locked " + cd.C.Spec.Target.Name)
 	}
 	if !cd.C.Spec.IsAggregate() {
-		_, err := tx.Exec(ctx, cd.Derive, args...)
+		_, err := tx.Exec(ctx, derive, args...)
 		if err == nil {
 			countRederived(ctx, cd.C.Spec.Target.Name, len(good)) // reported only if the page commits
 		}
 		return err
 	}
-	rows, err := tx.Query(ctx, cd.Derive, args...)
+	rows, err := tx.Query(ctx, derive, args...)
 	if err != nil {
 		return err
 	}
@@ -125,4 +134,24 @@ func tidyGroups(ctx context.Context, tx pgx.Tx, cd *compiledDef, tids []pgtype.T
 		}
 	}
 	return nil
+}
+
+// plantReadJoinsEarly is the joinReadEarly fault: every joined table
+// copied (the statement's snapshot, before the ledger lock), then a wait
+// of up to joinReadEarly, and the derive rewritten to read the copies.
+func (e *Engine) plantReadJoinsEarly(ctx context.Context, tx pgx.Tx, cd *compiledDef) (string, error) {
+	derive := cd.Derive
+	for i, j := range cd.C.Spec.Joins {
+		tmp := fmt.Sprintf("trellis_plant_j%d", i+1)
+		if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS pg_temp.%[1]s; CREATE TEMP TABLE %[1]s ON COMMIT DROP AS SELECT * FROM %[2]s", tmp, j.Table.Quoted())); err != nil {
+			return "", err
+		}
+		as := " AS " + pgx.Identifier{model.JoinAlias(i + 1)}.Sanitize()
+		derive = strings.ReplaceAll(derive, j.Table.Quoted()+as, "pg_temp."+tmp+as)
+	}
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("read early " + cd.C.Spec.Target.Name)
+	}
+	time.Sleep(rand.N(e.plant.joinReadEarly)) // waits of every length: a later page can lock first
+	return derive, nil
 }

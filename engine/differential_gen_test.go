@@ -15,6 +15,7 @@ type dField struct {
 	name, expr string // expr uses {col} placeholders
 	agg        AggKind
 	cast       string
+	num        bool // a JOIN program's scalar a reader can sum
 }
 
 type dDef struct {
@@ -25,6 +26,8 @@ type dDef struct {
 	group    []dField
 	fields   []dField
 	upstream *dDef
+	items    []dItem // a JOIN definition's FROM items (differential_join_test.go)
+	noIndex  bool    // its statement ends WITHOUT SOURCE INDEX
 }
 
 func fill(expr string, engine bool) string {
@@ -61,6 +64,9 @@ func (d *dDef) spec() Spec {
 // sourceSQL is the oracle's relation: the base table, or the upstream's
 // oracle as it reads now (an ALTER TRANSFORM may have changed it).
 func (d *dDef) sourceSQL() string {
+	if d.items != nil {
+		return d.items[0].rel()
+	}
 	if d.upstream != nil {
 		return "(" + d.upstream.oracle() + ")"
 	}
@@ -69,6 +75,9 @@ func (d *dDef) sourceSQL() string {
 
 // oracle renders the definition's from-scratch result.
 func (d *dDef) oracle() string {
+	if d.items != nil {
+		return d.joinOracle()
+	}
 	var cols []string
 	if len(d.group) == 0 {
 		for _, k := range d.key {
@@ -162,6 +171,9 @@ var oracleAgg = map[AggKind]string{
 // transformSQL renders the definition as the TRANSFORM statement a user
 // would write (grammar mode only: keys are columns, casts implied).
 func (d *dDef) transformSQL() string {
+	if d.items != nil {
+		return d.joinTransformSQL()
+	}
 	var b strings.Builder
 	b.WriteString("TRANSFORM " + base.Ident(d.name) + " FROM " + base.Ident(d.src))
 	if len(d.group) > 0 {

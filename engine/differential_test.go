@@ -54,13 +54,22 @@ type diffRun struct {
 	// grammar: definitions are drawn from what a TRANSFORM statement can
 	// say and defined through it (RESUME re-validates the stored text).
 	grammar bool
+	joins   bool // a JOIN program (differential_join_test.go)
 }
+
+// diffMode is how a seed runs: with faults, with the lifecycle operator,
+// as a JOIN program.
+type diffMode struct{ faults, life, joins bool }
 
 // define installs one definition: through its TRANSFORM statement in
 // grammar mode, else from its Spec.
 func (dr *diffRun) define(set *engineSet, d *dDef) error {
 	if dr.grammar {
-		return dr.life.statement(d.transformSQL())
+		l := dr.life
+		if l == nil { // a JOIN program without the operator
+			l = &lifecycle{dr: dr, set: set}
+		}
+		return l.statement(d.transformSQL())
 	}
 	_, err := set.any().Define(context.Background(), dr.pool, d.spec())
 	return err
@@ -71,10 +80,11 @@ func (dr *diffRun) define(set *engineSet, d *dDef) error {
 // With life, a lifecycle operator interleaves PAUSE/RESUME, drop and
 // redefine, request_backfill and column renames with the writers; every
 // paused definition but a frozen one is resumed before the comparison.
-func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants, writeFor time.Duration, minChains int) []string {
+func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeFor time.Duration, minChains int) []string {
+	faults, life := m.faults, m.life
 	r := rand.New(rand.NewPCG(seed, 1))
 	pool := testDB(t)
-	dr := &diffRun{t: t, r: r, pool: pool, minChains: minChains}
+	dr := &diffRun{t: t, r: r, pool: pool, minChains: minChains, joins: m.joins}
 	if seed%2 == 0 {
 		// H12: hostile session defaults for every client (the engine pins its own).
 		exec(t, pool, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = serializable', current_database());
@@ -83,8 +93,12 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 			EXECUTE format('ALTER DATABASE %I SET extra_float_digits = 0', current_database()); END $$`)
 		pool.Reset()
 	}
-	dr.grammar = life
-	dr.genTables()
+	dr.grammar = life || m.joins
+	if m.joins {
+		dr.genJoinTables()
+	} else {
+		dr.genTables()
+	}
 	textKey := map[string]bool{}
 	for _, tb := range dr.tables {
 		textKey[tb] = dr.isTextKey(tb)
@@ -95,8 +109,16 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 		dr.writer(ctx, seed^0xabc, textKey)
 		cancel()
 	}
-	dr.genDefs()
+	if m.joins {
+		dr.genJoinDefs()
+	} else {
+		dr.genDefs()
+	}
 	for _, d := range dr.defs {
+		if m.joins {
+			t.Logf("seed %d: %s", seed, d.transformSQL())
+			continue
+		}
 		t.Logf("seed %d: %s <- %s key %v group %v fields %v", seed, d.name, d.src, d.key, d.group, d.fields)
 	}
 	cfg := fastConfig()
@@ -151,6 +173,17 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 				errs <- err
 			}
 		}()
+	}
+	if m.joins {
+		for w := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := dr.joinWriter(ctx, seed*37+uint64(w), textKey); err != nil {
+					errs <- err
+				}
+			}()
+		}
 	}
 	var fwg sync.WaitGroup
 	if faults {
@@ -237,7 +270,7 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 		t.Fatal(err)
 	}
 	if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
+		t.Fatalf("seed %d: %v\n%s", seed, err, dr.stuckBuilds())
 	}
 	out := dr.compareAll()
 	if dr.life != nil {
@@ -248,6 +281,11 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 	for round := 0; round < 8 && len(out) == 0; round++ {
 		if err := dr.writeTxs(context.Background(), rr, textKey, 1+rr.IntN(3)); err != nil {
 			t.Fatal(err)
+		}
+		if m.joins { // join columns and dimensions too, each round checked at once
+			if err := dr.joinTxs(context.Background(), rr, textKey, 1+rr.IntN(3)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		tok, err := e.WatermarkToken(context.Background())
 		if err != nil {
@@ -264,13 +302,34 @@ func runDifferential(t *testing.T, seed uint64, faults, life bool, plant plants,
 			out = append([]string{fmt.Sprintf("read-your-writes round %d:", round)}, out...)
 		}
 	}
+	// A JOIN program's closing rounds: dimension rows other rows point at
+	// changed, each round compared at once.
+	for round := 0; m.joins && round < 8 && len(out) == 0; round++ {
+		what, err := dr.dimensionRound(rr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := e.WatermarkToken(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
+			t.Fatalf("seed %d: dimension round %d (%s): %v\n%s", seed, round, what, err, dr.stuckBuilds())
+		}
+		if out = dr.compareAll(); len(out) > 0 {
+			out = append([]string{fmt.Sprintf("dimension round %d (%s):", round, what)}, out...)
+		}
+	}
 	var sizes []string
 	for _, d := range dr.defs {
 		sizes = append(sizes, fmt.Sprintf("%s=%d", d.name, count(t, pool, d.targetSQL())))
 	}
+	for _, tb := range dr.tables {
+		sizes = append(sizes, fmt.Sprintf("%s=%d", tb, count(t, pool, "SELECT * FROM "+tb)))
+	}
 	var seq int64
 	pool.QueryRow(context.Background(), "SELECT last_value FROM trellis._change_seq").Scan(&seq)
-	t.Logf("seed %d: %d tables, %d definitions, %d commits, %d faults, ~%d changes captured; target rows %s",
+	t.Logf("seed %d: %d tables, %d definitions, %d commits, %d faults, ~%d changes captured; rows %s",
 		seed, len(dr.tables), len(dr.defs), dr.commits.Load(), dr.faults.Load(), seq, strings.Join(sizes, " "))
 	if len(out) > 0 && dr.life != nil {
 		out = append(out, "lifecycle journal:\n"+strings.Join(dr.life.journal, "\n"))
@@ -320,6 +379,13 @@ func (dr *diffRun) stuckBuilds() string {
 	dr.writeRows(&b, "  lock ", `SELECT format('%s', row(l.pid, l.locktype, l.mode, l.granted, l.classid, l.objid, l.relation::regclass, a.application_name, a.state))
 		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE l.pid <> pg_backend_pid() AND (l.locktype = 'advisory' OR NOT l.granted) ORDER BY l.pid`)
+	for _, tb := range []string{"_poison", "_deferred", "_page_failures"} {
+		dr.writeRows(&b, "  "+tb+" ", `SELECT format('%s', x) FROM trellis.`+tb+` x LIMIT 20`)
+	}
+	dr.writeRows(&b, "  unsealed log ", `SELECT format('%s', row(c.change_id, c.src_table, c.key, cardinality(c.keys), c.op, c.definition_id, c.origin_lsn, c.txid, c.hop, c.staged_at, d.seq, d.snap, pg_current_snapshot()))
+		FROM trellis._change_log c, (SELECT seq, snap FROM trellis._batches WHERE state = 'drained' ORDER BY seq DESC LIMIT 1) d
+		WHERE NOT pg_visible_in_snapshot(c.txid, d.snap) ORDER BY c.change_id LIMIT 10`)
+	dr.writeRows(&b, "  undrained ", `SELECT format('%s', row(seq, state, row_count, bucket_count, has_truncate)) FROM trellis._batches WHERE state <> 'drained' ORDER BY seq LIMIT 10`)
 	for _, line := range strings.Split(dr.logs.String(), "\n") {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "build task") || strings.Contains(line, "step retried") {
 			b.WriteString("  " + line + "\n")
@@ -344,6 +410,12 @@ func diffSeeds() []uint64 {
 	if s := os.Getenv("TRELLIS_DIFF_RUNS"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
+	return append(seeds, diffSeedsN(n)...)
+}
+
+// diffSeedsN are n fresh seeds.
+func diffSeedsN(n int) []uint64 {
+	var seeds []uint64
 	base := uint64(time.Now().UnixNano())
 	for i := range n {
 		seeds = append(seeds, base+uint64(i))
@@ -367,7 +439,7 @@ func TestDifferential(t *testing.T) {
 			}
 			t.Logf("seed %d: faults %v, lifecycle %v (replay: TRELLIS_DIFF_SEEDS=%d TRELLIS_DIFF_FAULTS=%d TRELLIS_DIFF_LIFE=%d)",
 				seed, faults, life, seed, b2i(faults), b2i(life))
-			if d := runDifferential(t, seed, faults, life, plants{}, diffWriteFor(), 0); len(d) > 0 {
+			if d := runDifferential(t, seed, diffMode{faults: faults, life: life}, plants{}, diffWriteFor(), 0); len(d) > 0 {
 				t.Fatalf("seed %d diverged (pin it in pinnedSeeds or pinnedLifecycleSeeds):\n%s", seed, strings.Join(d, "\n"))
 			}
 		})
@@ -381,14 +453,18 @@ func TestDifferentialCatchesPlantedFaults(t *testing.T) {
 		name  string
 		seed  uint64
 		plant plants
+		joins bool // a JOIN program (joins spec §6)
 	}{
-		{"drop_one_key_in_five", 4242, plants{dropEveryNthKey: 5}},
-		{"converged_is_drained", 4243, plants{convergedIsDrained: true}},
-		{"no_origin_inheritance", 4244, plants{noOriginInheritance: true}},
-		{"bulk_key_lost", 4245, plants{bulkKeyLost: true}},
+		{"drop_one_key_in_five", 4242, plants{dropEveryNthKey: 5}, false},
+		{"converged_is_drained", 4243, plants{convergedIsDrained: true}, false},
+		{"no_origin_inheritance", 4244, plants{noOriginInheritance: true}, false},
+		{"bulk_key_lost", 4245, plants{bulkKeyLost: true}, false},
+		{"fan_out_skips_first_item", 4246, plants{fanOutSkipItem: 1}, true},
+		{"fan_out_new_values_only", 4247, plants{fanOutNewOnly: true}, true},
+		{"dimension_read_before_lock", 4248, plants{joinReadEarly: 100 * time.Millisecond}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := runDifferential(t, c.seed, false, false, c.plant, 2*time.Second, 2)
+			d := runDifferential(t, c.seed, diffMode{joins: c.joins}, c.plant, 2*time.Second, 2)
 			if len(d) == 0 {
 				t.Fatalf("plant %s went unnoticed", c.name)
 			}

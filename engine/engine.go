@@ -160,11 +160,15 @@ type plants struct {
 	noOriginInheritance bool // chained log rows get fresh origins (H3)
 	keepLog             bool // never retire (diagnostics)
 	bulkKeyLost         bool // a materialised bucket loses one key in three, its first among them (bulk.go)
-	fanOutSkipItem      int  // a JOIN target's changes of its n-th joined item fan out to nothing (fanout.go)
+	fanOutSkipItem      int  // a JOIN target's changes (truncates too) of its n-th joined item fan out to nothing (fanout.go)
 	fanOutNewOnly       bool // fan-out reads only the keys' current rows: a row that moved away is missed (fanout.go)
-	pageHook            func(stage string)
-	planStepRows        int // keys one plan step walks; 0: planStepRows
-	firstSlice          int // keys of a build step's first slice; 0: firstSliceKeys
+	// joinReadEarly: a JOIN target's re-derive reads its joined tables in
+	// a statement before the ledger lock, then waits up to this long
+	// before taking it, as a page waiting on the lock would (apply.go).
+	joinReadEarly time.Duration
+	pageHook      func(stage string)
+	planStepRows  int // keys one plan step walks; 0: planStepRows
+	firstSlice    int // keys of a build step's first slice; 0: firstSliceKeys
 	// Not a fault: fresh aggregate builds take the classic path (pages
 	// write during them), as with an older process in the fleet.
 	classicBuilds bool

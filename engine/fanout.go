@@ -38,7 +38,7 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 			origin = nil
 		}
 		for i, j := range c.Spec.Joins {
-			if j.Text != d.table {
+			if j.Text != d.table || e.plant.fanOutSkipItem == i+1 {
 				continue
 			}
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop) `,
@@ -49,6 +49,10 @@ func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKe
 	}
 	if len(ks) == 0 {
 		return nil
+	}
+	if e.plant.pageHook != nil {
+		e.plant.pageHook("fan-out " + c.Spec.Target.Name)
+		defer e.plant.pageHook("fanned out " + c.Spec.Target.Name)
 	}
 	// A key staged by a fan-out did not change: nothing reading its row
 	// as a joined item needs re-deriving (and a self-join over cyclic
