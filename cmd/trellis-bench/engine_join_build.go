@@ -62,7 +62,7 @@ func j1Schema(facts, dimA, dimB int) []string {
 		fmt.Sprintf(`INSERT INTO j1_dim_a SELECT g, 'a' || g, g %% 100 FROM generate_series(1, %d) g`, dimA),
 		fmt.Sprintf(`INSERT INTO j1_dim_b SELECT g, 'b' || g FROM generate_series(1, %d) g`, dimB),
 		fmt.Sprintf(`INSERT INTO j1_facts SELECT g,
-			CASE WHEN g %% 97 = 0 THEN NULL WHEN g %% 89 = 0 THEN %d + 1 ELSE 1 + (g * 7919) %% %d END,
+			CASE WHEN g %% 97 = 0 THEN NULL WHEN g %% 89 = 0 THEN %d + 1 ELSE 1 + ((g::bigint * 7919) %% %d)::int END,
 			CASE WHEN g %% 101 = 0 THEN NULL ELSE 1 + g %% %d END, g %% 1000
 			FROM generate_series(1, %d) g`, dimA, dimA, dimB, facts),
 		// The indexes fan-out needs (joins spec §5 item 5).

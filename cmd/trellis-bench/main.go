@@ -47,6 +47,7 @@ var scenarios = []scenario{
 	{Name: "bulk-drain", About: "issue 18: drain rate of one batch of 100,000, 1,000,000 and 10,000,000 keys (1-1 and 1,000 groups), alone and beside a side writer at 100 commits/s (its p99)", Run: runBulkDrain},
 	// The JOIN benchmarks of the joins spec §7 (engine_join_*.go); `make bench-joins`.
 	{Name: "join-build", About: "J1: build of a 1-1 and a GROUP BY JOIN target over 1,000,000 facts and two LEFT joins (100,000 and 1,000 dimension rows) vs CREATE TABLE AS of the join (goal <= 2x)", Run: runJoinBuild},
+	{Name: "join-write-tax", About: "J3: single-row and 1000-row writes on the dimension and fact tables of a JOIN target vs the same tables without capture (goal >= 0.6x single-row, >= 0.5x 1000-row)", Run: runJoinWriteTax},
 	{Name: "self-check", About: "standard self-check of a 1,000,000-row 1-1 and a 100,000-group target under 500 writes/s, vs EXCEPT ALL; writers' rate during the check (goal >= 0.9x)", Run: runSelfCheckBench},
 }
 
