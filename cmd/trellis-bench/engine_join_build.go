@@ -105,6 +105,7 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 		names = append(names, k.Name)
 	}
 	g := Goal{What: "build/floor", AtMost: true, Bound: 2}
+	resetStatements(ctx, pool)
 	for rep := range b.cfg.Reps {
 		head, err := joinFloors(ctx, pool, rep, "h")
 		if err != nil {
@@ -165,6 +166,7 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 			fmtRatio(m), fmtList(ratios[ki], 2), fmtPct(maxAbs(drifts[ki])), g.String(), verdict(g.Met(m)))
 	}
 	b.printTable(t)
+	topStatements(ctx, pool, "J1", 15)
 	return nil
 }
 

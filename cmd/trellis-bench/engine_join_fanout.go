@@ -78,7 +78,10 @@ func runJoinFanout(ctx context.Context, b *bench) error {
 	if err := execAll(ctx, pool, stmts...); err != nil {
 		return err
 	}
-	e, err := startEngine(ctx, pool, engine.Config{})
+	// Diagnosis: TRELLIS_BENCH_J5_SEAL_MS sets the seal interval (default
+	// 50 ms), to see how much of a small cell is waiting for seals.
+	cfg := engine.Config{SealInterval: time.Duration(envInt("TRELLIS_BENCH_J5_SEAL_MS", 50)) * time.Millisecond}
+	e, err := startEngine(ctx, pool, cfg)
 	if err != nil {
 		return err
 	}
