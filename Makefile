@@ -6,7 +6,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 TESTFLAGS ?= -race -timeout 20m
 FUZZTIME  ?= 20s
 
-.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine bench-bulk clients docker prereqs clean
+.PHONY: all build run test unit lint deps fuzz golden bench bench-passthrough bench-engine bench-joins bench-bulk clients docker prereqs clean
 
 all: build
 
@@ -45,8 +45,9 @@ golden:
 	$(GO) test ./grammar/... -update
 
 # Everything the benchmark spec measures here: B1 (the relay), then the
-# engine's B2-B10 and DDL latency (about 25 minutes on the 2-core box).
-bench: bench-passthrough bench-engine
+# engine's B2-B10 and DDL latency, then the JOIN targets' J1-J5 (about 40
+# minutes on the 2-core box).
+bench: bench-passthrough bench-engine bench-joins
 
 bench-passthrough: prereqs build
 	@./scripts/ensure-postgres.sh pgbouncer
@@ -58,6 +59,14 @@ bench-passthrough: prereqs build
 # smoke run of a few minutes.
 bench-engine: prereqs build
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency self-check
+
+# The JOIN benchmarks of the joins spec §7 (J1 build, J2 dimension latency,
+# J3 write tax, J5 fan-out cost; J4, pg_ivm, is measured beside the project)
+# against the in-process engine, about 12 minutes (docs/benchmarks.md, "JOIN
+# targets"). Sizes: TRELLIS_BENCH_J1_FACTS, TRELLIS_BENCH_J2_DIMS,
+# TRELLIS_BENCH_J3_FACTS, TRELLIS_BENCH_J5_KEYS and the others listed there.
+bench-joins: prereqs
+	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) join-build join-latency join-write-tax join-fanout
 
 # Issue 18: one batch of 100,000 / 1,000,000 / 10,000,000 keys, alone and
 # beside a side writer (up to ~2 h while the drain is quadratic; see

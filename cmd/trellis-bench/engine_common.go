@@ -65,6 +65,14 @@ func startLab(ctx context.Context, b *bench, scenario string) (*engineLab, error
 		settings["log_lock_waits"] = "on"
 		settings["deadlock_timeout"] = "10ms"
 	}
+	// Diagnosis: TRELLIS_BENCH_PGSS=1 loads pg_stat_statements (nested
+	// statements too, so the engine's PL/pgSQL and CTEs show) for the JOIN
+	// benchmarks' "where the time goes" listing.
+	pgss := os.Getenv("TRELLIS_BENCH_PGSS") == "1"
+	if pgss {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+		settings["pg_stat_statements.track"] = "all"
+	}
 	opts := pgcluster.Options{DataDir: filepath.Join(base, "pgdata"), Fast: true, Settings: settings}
 	if serverLog != nil {
 		opts.Log = serverLog

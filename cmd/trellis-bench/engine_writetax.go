@@ -101,7 +101,7 @@ func runWriteTax(ctx context.Context, b *bench) error {
 	next := map[string]*int64{"wt_none": new(int64), "wt_cap": new(int64)}
 	*next["wt_none"], *next["wt_cap"] = preload, preload
 	rng := rand.New(rand.NewPCG(1, 2))
-	direct, err := writeTaxCells(ctx, b, pool, "direct", dur, preload, next, rng)
+	direct, err := writeTaxCells(ctx, b, b2Setup, pool, "direct", dur, preload, next, rng)
 	if err != nil {
 		return err
 	}
@@ -193,8 +193,19 @@ func writeTaxViaProxy(ctx context.Context, b *bench, l *engineLab, db string, du
 		return nil, err
 	}
 	defer ppool.Close()
-	return writeTaxCells(ctx, b, ppool, "proxy", dur, preload, next, rng)
+	return writeTaxCells(ctx, b, b2Setup, ppool, "proxy", dur, preload, next, rng)
 }
+
+// taxSetup is what a write-tax run times: its shapes, and the table name
+// each variant passes to a shape's stmt (B2: wt_none and wt_cap; J3 passes
+// a suffix naming a pair of tables).
+type taxSetup struct {
+	scenario string
+	shapes   []writeShape
+	table    map[string]string // "none" and "trigger"
+}
+
+var b2Setup = taxSetup{scenario: "write-tax", shapes: writeShapes, table: map[string]string{"none": "wt_none", "trigger": "wt_cap"}}
 
 // taxCells are one path's B2 results, per shape and repetition.
 type taxCells struct {
@@ -203,18 +214,15 @@ type taxCells struct {
 
 // writeTaxCells runs every shape's none, trigger, none cells per
 // repetition on pool (path names it in the records).
-func writeTaxCells(ctx context.Context, b *bench, pool *pgxpool.Pool, path string, dur time.Duration, preload int64,
+func writeTaxCells(ctx context.Context, b *bench, ts taxSetup, pool *pgxpool.Pool, path string, dur time.Duration, preload int64,
 	next map[string]*int64, rng *rand.Rand) (*taxCells, error) {
-	n := len(writeShapes)
+	n := len(ts.shapes)
 	tc := &taxCells{make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n)}
 	for rep := range b.cfg.Reps {
-		for si, sh := range writeShapes {
+		for si, sh := range ts.shapes {
 			vals, cpu, wal := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 			for pos, v := range schedule(rep, "none", []string{"trigger"}) {
-				table := "wt_none"
-				if v == "trigger" {
-					table = "wt_cap"
-				}
+				table := ts.table[v]
 				cc, err := timedWrites(ctx, pool, dur, func() (string, []any) { return sh.stmt(table, next[table], preload, rng) })
 				if err != nil {
 					return nil, fmt.Errorf("%s on %s (%s): %w", sh.Name, table, path, err)
@@ -223,7 +231,7 @@ func writeTaxCells(ctx context.Context, b *bench, pool *pgxpool.Pool, path strin
 				vals[v] = append(vals[v], sps)
 				cpu[v] = append(cpu[v], cc.cpuUs)
 				wal[v] = append(wal[v], cc.walBytes)
-				b.out.emit(map[string]any{"scenario": "write-tax", "path": path, "variant": v, "shape": sh.Name, "rep": rep, "position": pos,
+				b.out.emit(map[string]any{"scenario": ts.scenario, "path": path, "variant": v, "shape": sh.Name, "rep": rep, "position": pos,
 					"statements_per_sec": sps, "rows_per_sec": sps * float64(sh.Rows),
 					"backend_cpu_us_per_stmt": cc.cpuUs, "wal_bytes_per_stmt": cc.walBytes})
 				pause(ctx, b.cellWait())
@@ -240,7 +248,7 @@ func writeTaxCells(ctx context.Context, b *bench, pool *pgxpool.Pool, path strin
 			tc.cpuShare[si] = append(tc.cpuShare[si], control(cpu["none"][0], cpu["none"][1])/cpu["trigger"][0])
 			tc.extraWAL[si] = append(tc.extraWAL[si], (wal["trigger"][0]-control(wal["none"][0], wal["none"][1]))/float64(sh.Rows))
 			g := Goal{What: "trigger/none", Bound: sh.Goal}
-			b.out.emit(map[string]any{"scenario": "write-tax", "path": path, "variant": "trigger", "shape": sh.Name, "rep": rep,
+			b.out.emit(map[string]any{"scenario": ts.scenario, "path": path, "variant": "trigger", "shape": sh.Name, "rep": rep,
 				"share_of_control": r, "drift": tc.drifts[si][len(tc.drifts[si])-1], "goal": g.String(), "goal_met": g.Met(r),
 				"cpu_share_of_control": tc.cpuShare[si][len(tc.cpuShare[si])-1], "extra_wal_bytes_per_row": tc.extraWAL[si][len(tc.extraWAL[si])-1]})
 		}

@@ -45,6 +45,11 @@ var scenarios = []scenario{
 	{Name: "idle-cost", About: "B9: CPU and commits/s of 10 live transforms with no writes", Run: runIdleCost},
 	{Name: "memory", About: "B10: Go heap and RSS while draining a large backlog", Run: runMemory},
 	{Name: "bulk-drain", About: "issue 18: drain rate of one batch of 100,000, 1,000,000 and 10,000,000 keys (1-1 and 1,000 groups), alone and beside a side writer at 100 commits/s (its p99)", Run: runBulkDrain},
+	// The JOIN benchmarks of the joins spec §7 (engine_join_*.go); `make bench-joins`.
+	{Name: "join-build", About: "J1: build of a 1-1 and a GROUP BY JOIN target over 1,000,000 facts and two LEFT joins (100,000 and 1,000 dimension rows) vs CREATE TABLE AS of the join (goal <= 2x)", Run: runJoinBuild},
+	{Name: "join-latency", About: "J2: commit-to-visible of a dimension update that 1,000 facts read, at 100 dimension updates/s beside 1,000 fact writes/s (goal p50 <= 100 ms, p99 <= 500 ms)", Run: runJoinLatency},
+	{Name: "join-write-tax", About: "J3: single-row and 1000-row writes on the dimension and fact tables of a JOIN target vs the same tables without capture (goal >= 0.6x single-row, >= 0.5x 1000-row)", Run: runJoinWriteTax},
+	{Name: "join-fanout", About: "J5: cost per root key re-derived through a dimension change (fan-out) vs the same keys changed directly, at 1,000 / 10,000 / 100,000 keys (goal <= 1.5x)", Run: runJoinFanout},
 	{Name: "self-check", About: "standard self-check of a 1,000,000-row 1-1 and a 100,000-group target under 500 writes/s, vs EXCEPT ALL; writers' rate during the check (goal >= 0.9x)", Run: runSelfCheckBench},
 }
 
