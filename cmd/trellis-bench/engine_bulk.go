@@ -81,6 +81,21 @@ func bulkSizes(b *bench) []int {
 	return out
 }
 
+// bulkWanted: whether a cell's shape or variant contains a word of the comma list of
+// env var name (unset: all), so one cell can be rerun alone.
+func bulkWanted(name, v string) bool {
+	spec := os.Getenv(name)
+	if spec == "" {
+		return true
+	}
+	for _, f := range strings.Split(spec, ",") {
+		if f = strings.TrimSpace(f); f != "" && strings.Contains(v, f) {
+			return true
+		}
+	}
+	return false
+}
+
 func runBulkDrain(ctx context.Context, b *bench) error {
 	l, err := startLab(ctx, b, "bulk-drain")
 	if err != nil {
@@ -96,10 +111,16 @@ func runBulkDrain(ctx context.Context, b *bench) error {
 	t := &table{header: []string{"bulk drain", "keys", "converged", "seconds", "keys/s", "insert s", "side p50/p99 ms", "side commits/s", "oracle"}}
 	summary := &table{header: []string{"target", "rate at smallest", "rate at largest", "ratio", "goal ratio", "goal rate", "side p99 at largest", "goal side"}}
 	for _, shape := range bulkShapes {
+		if !bulkWanted("TRELLIS_BENCH_BULK_SHAPES", shape.Name) {
+			continue
+		}
 		var rates []float64
 		var lastSide *latencySummary
 		for _, n := range sizes {
 			for _, side := range []bool{false, true} {
+				if !bulkWanted("TRELLIS_BENCH_BULK_SIDE", map[bool]string{false: "alone", true: "side"}[side]) {
+					continue
+				}
 				r, err := bulkCell(ctx, l, shape, n, side, timeout)
 				if err != nil {
 					return fmt.Errorf("bulk-drain %s %d: %w", shape.Name, n, err)
@@ -131,6 +152,9 @@ func runBulkDrain(ctx context.Context, b *bench) error {
 					fmtNum(r.InsertSec, 1), sideText, sideRate, okString(r.OracleErr))
 				pause(ctx, b.cellWait())
 			}
+		}
+		if len(rates) == 0 {
+			rates = []float64{math.NaN()}
 		}
 		ratio := rates[len(rates)-1] / rates[0]
 		sideP99 := math.NaN()
