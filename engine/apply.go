@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,7 +73,7 @@ func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys
 	derive := cd.Derive
 	if e.plant.joinReadEarly > 0 && len(cd.C.Spec.Joins) > 0 {
 		var err error
-		if derive, err = e.plantReadJoinsEarly(ctx, tx, cd); err != nil {
+		if derive, err = e.plantReadJoinsEarly(ctx, cd); err != nil {
 			return err
 		}
 	}
@@ -136,22 +136,60 @@ func tidyGroups(ctx context.Context, tx pgx.Tx, cd *compiledDef, tids []pgtype.T
 	return nil
 }
 
-// plantReadJoinsEarly is the joinReadEarly fault: every joined table
-// copied (the statement's snapshot, before the ledger lock), then a wait
-// of up to joinReadEarly, and the derive rewritten to read the copies.
-func (e *Engine) plantReadJoinsEarly(ctx context.Context, tx pgx.Tx, cd *compiledDef) (string, error) {
-	derive := cd.Derive
-	for i, j := range cd.C.Spec.Joins {
-		tmp := fmt.Sprintf("trellis_plant_j%d", i+1)
-		if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS pg_temp.%[1]s; CREATE TEMP TABLE %[1]s ON COMMIT DROP AS SELECT * FROM %[2]s", tmp, j.Table.Quoted())); err != nil {
+// joinCopies are the joinReadEarly fault's copies of joined tables, per
+// definition: a generation of tables, taken outside any page's ledger
+// lock and read until it is joinReadEarly old.
+type joinCopies struct {
+	mu  sync.Mutex
+	at  map[int64]time.Time
+	gen map[int64]int
+}
+
+// plantReadJoinsEarly is the joinReadEarly fault: the derive rewritten to
+// read the definition's current copies of its joined tables, copied again
+// (in their own transaction, before this page's lock) once they are
+// joinReadEarly old. A dimension change in that window is read stale by
+// every re-derive, its own fan-out's among them.
+func (e *Engine) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (string, error) {
+	jc := &e.plantJC
+	jc.mu.Lock()
+	if jc.at == nil {
+		jc.at, jc.gen = map[int64]time.Time{}, map[int64]int{}
+	}
+	if time.Since(jc.at[cd.id]) >= e.plant.joinReadEarly {
+		// Under a lock timeout: the copy can queue behind a TRUNCATE that
+		// waits for a page that waits for this mutex. Timed out, the old
+		// copies serve on.
+		err := pgx.BeginFunc(ctx, e.workers, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
+				return err
+			}
+			for i, j := range cd.C.Spec.Joins {
+				if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s AS SELECT * FROM %s",
+					e.tbl(fmt.Sprintf("plant_%d_%d_%d", cd.id, i+1, jc.gen[cd.id]+1)), j.Table.Quoted())); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+			jc.gen[cd.id]++
+			jc.at[cd.id] = time.Now()
+		case jc.gen[cd.id] == 0:
+			jc.mu.Unlock()
 			return "", err
 		}
+	}
+	gen := jc.gen[cd.id]
+	jc.mu.Unlock()
+	derive := cd.Derive
+	for i, j := range cd.C.Spec.Joins {
 		as := " AS " + pgx.Identifier{model.JoinAlias(i + 1)}.Sanitize()
-		derive = strings.ReplaceAll(derive, j.Table.Quoted()+as, "pg_temp."+tmp+as)
+		derive = strings.ReplaceAll(derive, j.Table.Quoted()+as, e.tbl(fmt.Sprintf("plant_%d_%d_%d", cd.id, i+1, gen))+as)
 	}
 	if e.plant.pageHook != nil {
 		e.plant.pageHook("read early " + cd.C.Spec.Target.Name)
 	}
-	time.Sleep(rand.N(e.plant.joinReadEarly)) // waits of every length: a later page can lock first
 	return derive, nil
 }

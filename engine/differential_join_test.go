@@ -710,7 +710,13 @@ func (dr *diffRun) dimensionRound(r *rand.Rand) (string, error) {
 		if r.IntN(2) == 0 {
 			first, second = dim, fact
 		}
+		// Gaps past a page's pickup too: the second commit then lands while
+		// the first one's page is under way (where a read outside the
+		// ledger lock goes stale).
 		gap := time.Duration(r.IntN(40)) * time.Millisecond
+		if r.IntN(2) == 0 {
+			gap = time.Duration(40+r.IntN(360)) * time.Millisecond
+		}
 		for _, s := range []string{first, second} {
 			if _, err := dr.pool.Exec(ctx, s, target...); err != nil && !retryable(err) {
 				return "", fmt.Errorf("%s: %w", s, err)

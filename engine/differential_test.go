@@ -461,7 +461,7 @@ func TestDifferentialCatchesPlantedFaults(t *testing.T) {
 		{"bulk_key_lost", 4245, plants{bulkKeyLost: true}, false},
 		{"fan_out_skips_first_item", 4246, plants{fanOutSkipItem: 1}, true},
 		{"fan_out_new_values_only", 4247, plants{fanOutNewOnly: true}, true},
-		{"dimension_read_before_lock", 4248, plants{joinReadEarly: 100 * time.Millisecond}, true},
+		{"dimension_read_before_lock", 4248, plants{joinReadEarly: time.Second}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := runDifferential(t, c.seed, diffMode{joins: c.joins}, c.plant, 2*time.Second, 2)

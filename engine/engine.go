@@ -129,6 +129,7 @@ type Engine struct {
 	cfg     Config
 	pool    *pgxpool.Pool // the caller's pool: API calls
 	workers *pgxpool.Pool // our pool: pinned session settings (§12.15)
+	plantJC joinCopies    // the joinReadEarly fault's copies (apply.go)
 	log     *slog.Logger
 
 	wakeStaging chan struct{} // a full staging pass
@@ -162,9 +163,9 @@ type plants struct {
 	bulkKeyLost         bool // a materialised bucket loses one key in three, its first among them (bulk.go)
 	fanOutSkipItem      int  // a JOIN target's changes (truncates too) of its n-th joined item fan out to nothing (fanout.go)
 	fanOutNewOnly       bool // fan-out reads only the keys' current rows: a row that moved away is missed (fanout.go)
-	// joinReadEarly: a JOIN target's re-derive reads its joined tables in
-	// a statement before the ledger lock, then waits up to this long
-	// before taking it, as a page waiting on the lock would (apply.go).
+	// joinReadEarly: a JOIN target's re-derive reads copies of its joined
+	// tables taken outside the ledger lock, kept up to this long (a cache
+	// of dimension rows; apply.go).
 	joinReadEarly time.Duration
 	pageHook      func(stage string)
 	planStepRows  int // keys one plan step walks; 0: planStepRows
