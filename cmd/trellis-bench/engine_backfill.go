@@ -12,9 +12,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine"
 )
@@ -56,16 +55,11 @@ func runBackfill(ctx context.Context, b *bench) error {
 		def = 1_000_000
 	}
 	rows := envInt("TRELLIS_BENCH_B8_ROWS", def)
-	l, err := startLab(ctx, b, "backfill")
+	pool, stop, err := labDB(ctx, b, "backfill", 8)
 	if err != nil {
 		return err
 	}
-	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 8)
-	if err != nil {
-		return err
-	}
-	defer drop()
+	defer stop()
 	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE posts (id bigint PRIMARY KEY, author int, word_count int, byte_size int);
 		INSERT INTO posts SELECT g, g %% 100000, g %% 1000, g %% 7919 FROM generate_series(1, %d) g`, rows)); err != nil {
 		return err
@@ -89,7 +83,7 @@ func runBackfill(ctx context.Context, b *bench) error {
 		names = append(names, k.Name)
 	}
 	for rep := range b.cfg.Reps {
-		head, err := runFloors(ctx, pool, rep, "h")
+		head, err := timeFloors(ctx, pool, "b8", buildKinds, func(k buildKind) (string, string) { return k.Name, k.Floor }, rep, "h")
 		if err != nil {
 			return err
 		}
@@ -97,7 +91,7 @@ func runBackfill(ctx context.Context, b *bench) error {
 		secs := map[string]float64{}
 		order := schedule(rep, "", names)
 		for _, name := range order[1 : len(order)-1] {
-			ki := kindIndex(name)
+			ki := slices.IndexFunc(buildKinds, func(k buildKind) bool { return k.Name == name })
 			k := buildKinds[ki]
 			target := fmt.Sprintf("b8_%d_r%d", ki, rep)
 			start := time.Now()
@@ -119,7 +113,7 @@ func runBackfill(ctx context.Context, b *bench) error {
 			}
 			pause(ctx, b.cellWait())
 		}
-		tail, err := runFloors(ctx, pool, rep, "t")
+		tail, err := timeFloors(ctx, pool, "b8", buildKinds, func(k buildKind) (string, string) { return k.Name, k.Floor }, rep, "t")
 		if err != nil {
 			return err
 		}
@@ -146,30 +140,4 @@ func runBackfill(ctx context.Context, b *bench) error {
 	}
 	b.printTable(t)
 	return nil
-}
-
-func kindIndex(name string) int {
-	for i, k := range buildKinds {
-		if k.Name == name {
-			return i
-		}
-	}
-	panic("unknown build kind " + name)
-}
-
-// runFloors times each kind's CTAS + index once and returns seconds per kind.
-func runFloors(ctx context.Context, pool *pgxpool.Pool, rep int, tag string) ([]float64, error) {
-	out := make([]float64, len(buildKinds))
-	for ki, k := range buildKinds {
-		name := fmt.Sprintf("b8_floor_%d_%s%d", ki, tag, rep)
-		start := time.Now()
-		if _, err := pool.Exec(ctx, fmt.Sprintf(k.Floor, name)); err != nil {
-			return nil, fmt.Errorf("floor %s: %w", k.Name, err)
-		}
-		out[ki] = time.Since(start).Seconds()
-		if _, err := pool.Exec(ctx, "DROP TABLE "+name); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

@@ -301,3 +301,37 @@ func (b *bench) failf(format string, args ...any) {
 	b.fail++
 	fmt.Fprintf(os.Stderr, "FAIL: "+format+"\n", args...)
 }
+
+// timeFloors times each kind's floor (its CTAS + index; %s is the table)
+// once, in seconds per kind, dropping each table after.
+func timeFloors[K any](ctx context.Context, pool *pgxpool.Pool, prefix string, kinds []K, floor func(K) (name, sql string), rep int, tag string) ([]float64, error) {
+	out := make([]float64, len(kinds))
+	for ki, k := range kinds {
+		name, sql := floor(k)
+		table := fmt.Sprintf("%s_floor_%d_%s%d", prefix, ki, tag, rep)
+		start := time.Now()
+		if _, err := pool.Exec(ctx, fmt.Sprintf(sql, table)); err != nil {
+			return nil, fmt.Errorf("floor %s: %w", name, err)
+		}
+		out[ki] = time.Since(start).Seconds()
+		if _, err := pool.Exec(ctx, "DROP TABLE "+table); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// labDB starts scenario's lab and a fresh database in it with a pool of
+// maxConns; stop drops the database and stops the lab.
+func labDB(ctx context.Context, b *bench, scenario string, maxConns int32) (pool *pgxpool.Pool, stop func(), err error) {
+	l, err := startLab(ctx, b, scenario)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, _, drop, err := l.newDB(ctx, maxConns)
+	if err != nil {
+		l.stop()
+		return nil, nil, err
+	}
+	return pool, func() { drop(); l.stop() }, nil
+}

@@ -16,9 +16,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine"
 )
@@ -77,16 +76,11 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 	if b.cfg.Quick {
 		facts, dimA, dimB = envInt("TRELLIS_BENCH_J1_FACTS", 50_000), 5_000, 100
 	}
-	l, err := startLab(ctx, b, "join-build")
+	pool, stop, err := labDB(ctx, b, "join-build", 8)
 	if err != nil {
 		return err
 	}
-	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 8)
-	if err != nil {
-		return err
-	}
-	defer drop()
+	defer stop()
 	if err := execAll(ctx, pool, j1Schema(facts, dimA, dimB)...); err != nil {
 		return err
 	}
@@ -107,7 +101,7 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 	g := Goal{What: "build/floor", AtMost: true, Bound: 2}
 	resetStatements(ctx, pool)
 	for rep := range b.cfg.Reps {
-		head, err := joinFloors(ctx, pool, rep, "h")
+		head, err := timeFloors(ctx, pool, "j1", joinBuildKinds, func(k joinBuildKind) (string, string) { return k.Name, k.Floor }, rep, "h")
 		if err != nil {
 			return err
 		}
@@ -115,7 +109,7 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 		secs, defs := map[string]float64{}, map[string]float64{}
 		order := schedule(rep, "", names)
 		for _, name := range order[1 : len(order)-1] {
-			ki := joinKindIndex(name)
+			ki := slices.IndexFunc(joinBuildKinds, func(k joinBuildKind) bool { return k.Name == name })
 			k := joinBuildKinds[ki]
 			target := fmt.Sprintf("j1_t%d_r%d", ki, rep)
 			start := time.Now()
@@ -140,7 +134,7 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 			}
 			pause(ctx, b.cellWait())
 		}
-		tail, err := joinFloors(ctx, pool, rep, "t")
+		tail, err := timeFloors(ctx, pool, "j1", joinBuildKinds, func(k joinBuildKind) (string, string) { return k.Name, k.Floor }, rep, "t")
 		if err != nil {
 			return err
 		}
@@ -168,30 +162,4 @@ func runJoinBuild(ctx context.Context, b *bench) error {
 	b.printTable(t)
 	topStatements(ctx, pool, "J1", 15)
 	return nil
-}
-
-func joinKindIndex(name string) int {
-	for i, k := range joinBuildKinds {
-		if k.Name == name {
-			return i
-		}
-	}
-	panic("unknown join build kind " + name)
-}
-
-// joinFloors times each kind's CTAS + index once, in seconds per kind.
-func joinFloors(ctx context.Context, pool *pgxpool.Pool, rep int, tag string) ([]float64, error) {
-	out := make([]float64, len(joinBuildKinds))
-	for ki, k := range joinBuildKinds {
-		name := fmt.Sprintf("j1_floor_%d_%s%d", ki, tag, rep)
-		start := time.Now()
-		if _, err := pool.Exec(ctx, fmt.Sprintf(k.Floor, name)); err != nil {
-			return nil, fmt.Errorf("floor %s: %w", k.Name, err)
-		}
-		out[ki] = time.Since(start).Seconds()
-		if _, err := pool.Exec(ctx, "DROP TABLE "+name); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

@@ -50,16 +50,11 @@ const j5Stmt = `TRANSFORM j5_t FROM j5_facts f LEFT JOIN j5_dim d ON d.id = f.a_
 
 func runJoinFanout(ctx context.Context, b *bench) error {
 	sizes := j5Sizes(b)
-	l, err := startLab(ctx, b, "join-fanout")
+	pool, stop, err := labDB(ctx, b, "join-fanout", 8)
 	if err != nil {
 		return err
 	}
-	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 8)
-	if err != nil {
-		return err
-	}
-	defer drop()
+	defer stop()
 	// Facts of dimension row i+1 are one contiguous id range; 100,000 more
 	// facts spread over 1,000 other dimension rows keep the measured sets a
 	// part of the table, not all of it.

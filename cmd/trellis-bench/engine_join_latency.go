@@ -63,16 +63,11 @@ func runJoinLatency(ctx context.Context, b *bench) error {
 	if b.cfg.Quick {
 		jc.dims, jc.window, jc.grace = 50, 3*time.Second, 10*time.Second
 	}
-	l, err := startLab(ctx, b, "join-latency")
+	pool, stop, err := labDB(ctx, b, "join-latency", 16)
 	if err != nil {
 		return err
 	}
-	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 16)
-	if err != nil {
-		return err
-	}
-	defer drop()
+	defer stop()
 	facts := int64(jc.dims * jc.perDim)
 	if err := execAll(ctx, pool,
 		`CREATE TABLE j2_dim (id int PRIMARY KEY, ver bigint NOT NULL)`,

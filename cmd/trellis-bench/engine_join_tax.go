@@ -55,16 +55,11 @@ var joinTaxShapes = []writeShape{
 const jtStmt = `TRANSFORM jt_target FROM jt_facts_cap f LEFT JOIN jt_dim_cap d ON d.id = f.a_id SELECT f.amount AS amount, d.ver AS ver, d.name AS d_name`
 
 func runJoinWriteTax(ctx context.Context, b *bench) error {
-	l, err := startLab(ctx, b, "join-write-tax")
+	pool, stop, err := labDB(ctx, b, "join-write-tax", 8)
 	if err != nil {
 		return err
 	}
-	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 8)
-	if err != nil {
-		return err
-	}
-	defer drop()
+	defer stop()
 	preload := int64(envInt("TRELLIS_BENCH_J3_FACTS", 100_000))
 	if b.cfg.Quick {
 		preload = 20_000

@@ -173,16 +173,11 @@ func runSelfCheckBench(ctx context.Context, b *bench) error {
 	if b.cfg.Quick {
 		win = 3 * time.Second
 	}
-	l, err := startLab(ctx, b, "self-check")
+	pool, stop, err := labDB(ctx, b, "self-check", 12)
 	if err != nil {
 		return err
 	}
-	defer l.stop()
-	pool, _, drop, err := l.newDB(ctx, 12)
-	if err != nil {
-		return err
-	}
-	defer drop()
+	defer stop()
 	if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE posts (id bigint PRIMARY KEY, author int, word_count int, byte_size int);
 		INSERT INTO posts SELECT g, g %% %d, g %% 1000, g %% 7919 FROM generate_series(1, %d) g`, groups, rows)); err != nil {
 		return err
