@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -145,6 +146,8 @@ type joinCopies struct {
 	gen map[int64]int
 }
 
+var plantCopyGen atomic.Int64
+
 // plantReadJoinsEarly is the joinReadEarly fault: the derive rewritten to
 // read the definition's current copies of its joined tables, copied again
 // (in their own transaction, before this page's lock) once they are
@@ -160,13 +163,16 @@ func (e *Engine) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (stri
 		// Under a lock timeout: the copy can queue behind a TRUNCATE that
 		// waits for a page that waits for this mutex. Timed out, the old
 		// copies serve on.
+		// Generations numbered across the process: the engines of one test
+		// share a database and must not name the same copy.
+		next := plantCopyGen.Add(1)
 		err := pgx.BeginFunc(ctx, e.workers, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {
 				return err
 			}
 			for i, j := range cd.C.Spec.Joins {
 				if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s AS SELECT * FROM %s",
-					e.tbl(fmt.Sprintf("plant_%d_%d_%d", cd.id, i+1, jc.gen[cd.id]+1)), j.Table.Quoted())); err != nil {
+					e.tbl(fmt.Sprintf("plant_%d_%d_%d", cd.id, i+1, next)), j.Table.Quoted())); err != nil {
 					return err
 				}
 			}
@@ -174,7 +180,7 @@ func (e *Engine) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (stri
 		})
 		switch {
 		case err == nil:
-			jc.gen[cd.id]++
+			jc.gen[cd.id] = int(next)
 			jc.at[cd.id] = time.Now()
 		case jc.gen[cd.id] == 0:
 			jc.mu.Unlock()

@@ -320,6 +320,24 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 			out = append([]string{fmt.Sprintf("dimension round %d (%s):", round, what)}, out...)
 		}
 	}
+	for round, q := range dr.edgeRounds() {
+		if len(out) > 0 || !m.joins {
+			break
+		}
+		if _, err := pool.Exec(context.Background(), q); err != nil && !retryable(err) {
+			t.Fatalf("seed %d: edge round %d: %s: %v", seed, round, q, err)
+		}
+		tok, err := e.WatermarkToken(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
+			t.Fatalf("seed %d: edge round %d: %v\n%s", seed, round, err, dr.stuckBuilds())
+		}
+		if out = dr.compareAll(); len(out) > 0 {
+			out = append([]string{fmt.Sprintf("edge round %d (%s):", round, q)}, out...)
+		}
+	}
 	var sizes []string
 	for _, d := range dr.defs {
 		sizes = append(sizes, fmt.Sprintf("%s=%d", d.name, count(t, pool, d.targetSQL())))
