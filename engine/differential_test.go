@@ -58,8 +58,8 @@ type diffRun struct {
 }
 
 // diffMode is how a seed runs: with faults, with the lifecycle operator,
-// as a JOIN program.
-type diffMode struct{ faults, life, joins bool }
+// as a JOIN program, with bulk statements (differential_bulk_test.go).
+type diffMode struct{ faults, life, joins, bulk bool }
 
 // define installs one definition: through its TRANSFORM statement in
 // grammar mode, else from its Spec.
@@ -127,6 +127,9 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 		cfg.PageSize = 1 + cfg.PageSize%3 // many buckets over 4 pages: the bulk path
 	}
 	cfg.BuildChunkSize = 5 + r.IntN(40)
+	if m.bulk {
+		cfg.PageSize = 5 + cfg.PageSize%20 // a bulk statement's bucket spans tens to hundreds of pages
+	}
 	cfg.DrainWorkers = 2
 	var logBuf syncBuffer
 	level := slog.LevelInfo
@@ -170,6 +173,15 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 		go func() {
 			defer wg.Done()
 			if err := dr.writer(ctx, seed*31+uint64(w), textKey); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	if m.bulk {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := dr.bulkWriter(ctx, seed*41); err != nil {
 				errs <- err
 			}
 		}()
@@ -344,6 +356,14 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 	}
 	for _, tb := range dr.tables {
 		sizes = append(sizes, fmt.Sprintf("%s=%d", tb, count(t, pool, "SELECT * FROM "+tb)))
+	}
+	if m.bulk { // the log is kept (keepLog): its widest row shows the bulk path ran
+		var widest int
+		pool.QueryRow(context.Background(), "SELECT coalesce(max(cardinality(keys)), 0) FROM trellis._change_log").Scan(&widest)
+		if widest <= bulkBatchKeys(cfg.PageSize) {
+			t.Errorf("seed %d: widest bulk log row %d keys, not over %d pages of %d", seed, widest, bulkFactor, cfg.PageSize)
+		}
+		t.Logf("seed %d: widest bulk log row %d keys, page size %d", seed, widest, cfg.PageSize)
 	}
 	var seq int64
 	pool.QueryRow(context.Background(), "SELECT last_value FROM trellis._change_seq").Scan(&seq)

@@ -1,0 +1,86 @@
+package engine
+
+// Bulk programs of the differential test (issue 18): besides the usual
+// writers, statements of hundreds to thousands of rows, each captured
+// as one log row whose keys fill one bucket over many pages (bulk.go),
+// drained while the faults kill worker connections mid-page and stop
+// engines.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bulkWriter issues one bulk statement every 100-400 ms until ctx ends:
+// an INSERT … SELECT of 200-2,000 new rows, an UPDATE of every row, a
+// DELETE of about half the rows, or (rarely) the bulk insert rolled back.
+func (dr *diffRun) bulkWriter(ctx context.Context, seed uint64) error {
+	r := rand.New(rand.NewPCG(seed, 7))
+	for next := 1000; ctx.Err() == nil; {
+		sleepCtx(ctx, time.Duration(100+r.IntN(300))*time.Millisecond)
+		if ctx.Err() != nil {
+			return nil
+		}
+		t := dr.tables[r.IntN(len(dr.tables))]
+		n := 200 + r.IntN(1800)
+		var q string
+		switch x := r.IntN(10); {
+		case x < 5:
+			q = bulkInsert(t, dr.keys[t], dr.isTextKey(t), next, n)
+			next += n
+		case x < 7:
+			q = "UPDATE " + t + " SET i = coalesce(i, 0) + 1, n = coalesce(n, 0) + 1, g2 = coalesce(g2, 0) + 1"
+		case x < 9:
+			q = "DELETE FROM " + t + " WHERE random() < 0.5"
+		default: // rolled back: captured rows that never commit
+			q = "BEGIN; " + bulkInsert(t, dr.keys[t], dr.isTextKey(t), next, n) + "; ROLLBACK"
+		}
+		if _, err := dr.pool.Exec(ctx, q); err != nil && ctx.Err() == nil && !retryable(err) {
+			return fmt.Errorf("bulk writer: %s: %w", q, err)
+		}
+		dr.commits.Add(1)
+	}
+	return nil
+}
+
+// bulkInsert inserts n rows with keys from off on, none of them a key
+// the row writers use (theirs stay below 1,000).
+func bulkInsert(t string, keys []string, textKey bool, off, n int) string {
+	id := fmt.Sprintf("%d + g", off)
+	if textKey {
+		id = "(" + id + ")::text || 'k'"
+	}
+	cols, vals := []string{"id"}, []string{id}
+	if len(keys) == 2 {
+		cols, vals = append(cols, "k2"), append(vals, "'k' || (g % 7)")
+	}
+	cols = append(cols, "g1", "g2", "n", "i", "b", "j")
+	vals = append(vals, "'g' || (g % 5)", "g % 11", "(g % 13) * 1.5", "g % 17", "g % 2 = 0", `jsonb_build_object('v', g % 3)`)
+	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM generate_series(1, %d) g ON CONFLICT DO NOTHING",
+		t, strings.Join(cols, ", "), strings.Join(vals, ", "), n)
+}
+
+func TestDifferentialBulk(t *testing.T) {
+	n := 2
+	if s := os.Getenv("TRELLIS_DIFF_BULK_RUNS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	seeds := diffSeedsN(n)
+	if s := os.Getenv("TRELLIS_DIFF_SEEDS"); s != "" {
+		seeds = diffSeeds()
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
+			t.Logf("seed %d: bulk, faults (replay: TRELLIS_DIFF_SEEDS=%d go test ./engine -run TestDifferentialBulk)", seed, seed)
+			if d := runDifferential(t, seed, diffMode{faults: true, bulk: true}, plants{}, diffWriteFor(), 0); len(d) > 0 {
+				t.Fatalf("seed %d diverged:\n%s", seed, strings.Join(d, "\n"))
+			}
+		})
+	}
+}
