@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,12 +67,8 @@ func bulkInsert(t string, keys []string, textKey bool, off, n int) string {
 }
 
 func TestDifferentialBulk(t *testing.T) {
-	n := 2
-	if s := os.Getenv("TRELLIS_DIFF_BULK_RUNS"); s != "" {
-		n, _ = strconv.Atoi(s)
-	}
-	seeds := diffSeedsN(n)
-	if s := os.Getenv("TRELLIS_DIFF_SEEDS"); s != "" {
+	seeds := diffSeedsN(envRuns("TRELLIS_DIFF_BULK_RUNS", 2))
+	if os.Getenv("TRELLIS_DIFF_SEEDS") != "" {
 		seeds = diffSeeds()
 	}
 	for _, seed := range seeds {

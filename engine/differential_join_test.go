@@ -615,12 +615,7 @@ func TestDifferentialJoins(t *testing.T) {
 	if s := os.Getenv("TRELLIS_DIFF_SEEDS"); s != "" {
 		seeds = diffSeeds()
 	} else {
-		n := 3
-		if s := os.Getenv("TRELLIS_DIFF_JOIN_RUNS"); s != "" {
-			n, _ = strconv.Atoi(s)
-		}
-		fresh := diffSeedsN(n)
-		seeds = append(seeds, fresh...)
+		seeds = append(seeds, diffSeedsN(envRuns("TRELLIS_DIFF_JOIN_RUNS", 3))...)
 	}
 	for i, seed := range seeds {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {

@@ -444,11 +444,15 @@ func diffSeeds() []uint64 {
 		}
 		return seeds
 	}
-	n := 3
-	if s := os.Getenv("TRELLIS_DIFF_RUNS"); s != "" {
-		n, _ = strconv.Atoi(s)
+	return append(seeds, diffSeedsN(envRuns("TRELLIS_DIFF_RUNS", 3))...)
+}
+
+// envRuns is how many fresh seeds env var name asks for (unset: def).
+func envRuns(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
 	}
-	return append(seeds, diffSeedsN(n)...)
+	return def
 }
 
 // diffSeedsN are n fresh seeds.
