@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"net"
 	"runtime"
 	"strings"
@@ -46,7 +47,11 @@ func start(t *testing.T, mod func(*proxy.Config, *proxy.Options)) *harness {
 	cfg.ShutdownGrace = 5 * time.Second
 	// Relay tests run the bare relay; tests of Trellis statements turn the
 	// engine on (RelayOnly false) or bring their own interceptor.
-	opts := proxy.Options{RelayOnly: true, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	level := slog.LevelWarn
+	if os.Getenv("TRELLIS_IT_DEBUG") != "" { // the engine's retried steps and pages in a failure's output
+		level = slog.LevelDebug
+	}
+	opts := proxy.Options{RelayOnly: true, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))}
 	if mod != nil {
 		mod(&cfg, &opts)
 	}
