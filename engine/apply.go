@@ -146,6 +146,7 @@ type joinCopies struct {
 	gen map[int64]int
 }
 
+// plantCopyGen numbers the joinReadEarly copies across engines.
 var plantCopyGen atomic.Int64
 
 // plantReadJoinsEarly is the joinReadEarly fault: the derive rewritten to
@@ -162,9 +163,9 @@ func (e *Engine) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (stri
 	if time.Since(jc.at[cd.id]) >= e.plant.joinReadEarly {
 		// Under a lock timeout: the copy can queue behind a TRUNCATE that
 		// waits for a page that waits for this mutex. Timed out, the old
-		// copies serve on.
-		// Generations numbered across the process: the engines of one test
-		// share a database and must not name the same copy.
+		// copies serve on. Generations are numbered across the process:
+		// the engines of one test share a database and must not name the
+		// same copy.
 		next := plantCopyGen.Add(1)
 		err := pgx.BeginFunc(ctx, e.workers, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '200ms'"); err != nil {

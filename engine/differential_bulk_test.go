@@ -17,10 +17,11 @@ import (
 )
 
 // bulkWriter issues one bulk statement every 100-400 ms until ctx ends
-// (a statement waits for the row writers' locks, a second or more):
-// an INSERT … SELECT of 200-2,000 new rows (always the first), an UPDATE of every row, a
-// DELETE of about half the rows, or (rarely) the bulk insert rolled back.
-func (dr *diffRun) bulkWriter(ctx context.Context, seed uint64) error {
+// (a statement may wait a second or more for the row writers' locks): an
+// INSERT … SELECT of 200-2,000 new rows (always the first), an UPDATE of
+// every row, a DELETE of about half the rows, or (rarely) the bulk insert
+// rolled back.
+func (dr *diffRun) bulkWriter(ctx context.Context, seed uint64, textKey map[string]bool) error {
 	r := rand.New(rand.NewPCG(seed, 7))
 	for next := 1000; ctx.Err() == nil; {
 		sleepCtx(ctx, time.Duration(100+r.IntN(300))*time.Millisecond)
@@ -30,21 +31,25 @@ func (dr *diffRun) bulkWriter(ctx context.Context, seed uint64) error {
 		t := dr.tables[r.IntN(len(dr.tables))]
 		n := 200 + r.IntN(1800)
 		var q string
+		commits := true
 		switch x := r.IntN(10); {
 		case x < 5 || next == 1000: // the first is always a committed insert: each run drains one
-			q = bulkInsert(t, dr.keys[t], dr.isTextKey(t), next, n)
+			q = bulkInsert(t, dr.keys[t], textKey[t], next, n)
 			next += n
 		case x < 7:
 			q = "UPDATE " + t + " SET i = coalesce(i, 0) + 1, n = coalesce(n, 0) + 1, g2 = coalesce(g2, 0) + 1"
 		case x < 9:
 			q = "DELETE FROM " + t + " WHERE random() < 0.5"
 		default: // rolled back: captured rows that never commit
-			q = "BEGIN; " + bulkInsert(t, dr.keys[t], dr.isTextKey(t), next, n) + "; ROLLBACK"
+			q, commits = "BEGIN; "+bulkInsert(t, dr.keys[t], textKey[t], next, n)+"; ROLLBACK", false
 		}
-		if _, err := dr.pool.Exec(ctx, q); err != nil && ctx.Err() == nil && !retryable(err) {
+		_, err := dr.pool.Exec(ctx, q)
+		switch {
+		case err != nil && ctx.Err() == nil && !retryable(err):
 			return fmt.Errorf("bulk writer: %s: %w", q, err)
+		case err == nil && commits:
+			dr.commits.Add(1)
 		}
-		dr.commits.Add(1)
 	}
 	return nil
 }

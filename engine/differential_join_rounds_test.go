@@ -126,11 +126,10 @@ func retryable(err error) bool {
 // edge its definitions join through (a table's rows matched through
 // another's join columns): a few rows pointed at one row, the matched
 // rows' every read column changed, then (after every edge's) two of them
-// deleted, so a fan-out that misses any edge, or
-// the rows that moved away, leaves a stale row the compare that follows
-// sees. The random rounds before them may never touch an edge
-// whose rows stay matched at the end (a planted skipped edge went
-// unnoticed in one seed run of four).
+// deleted. A fan-out that misses an edge, or the rows that moved away,
+// leaves a stale row the compare after the round sees; the random rounds
+// before may leave an edge matching nothing (a planted skipped edge went
+// unnoticed in one run of four).
 func (dr *diffRun) edgeRounds() []string {
 	var qs, gone []string
 	seen := map[[2]string]bool{}

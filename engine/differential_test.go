@@ -126,10 +126,10 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 	if plant.bulkKeyLost {
 		cfg.PageSize = 1 + cfg.PageSize%3 // many buckets over 4 pages: the bulk path
 	}
-	cfg.BuildChunkSize = 5 + r.IntN(40)
 	if m.bulk {
 		cfg.PageSize = 5 + cfg.PageSize%20 // a bulk statement's bucket spans tens to hundreds of pages
 	}
+	cfg.BuildChunkSize = 5 + r.IntN(40)
 	cfg.DrainWorkers = 2
 	var logBuf syncBuffer
 	level := slog.LevelInfo
@@ -181,7 +181,7 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := dr.bulkWriter(ctx, seed*41); err != nil {
+			if err := dr.bulkWriter(ctx, seed*41, textKey); err != nil {
 				errs <- err
 			}
 		}()
@@ -316,38 +316,35 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 	}
 	// A JOIN program's closing rounds: dimension rows other rows point at
 	// changed, each round compared at once.
+	// A closing round's writes committed: await a token, compare at once.
+	settled := func(round string) []string {
+		tok, err := e.WatermarkToken(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
+			t.Fatalf("seed %d: %s: %v\n%s", seed, round, err, dr.stuckBuilds())
+		}
+		if out := dr.compareAll(); len(out) > 0 {
+			return append([]string{round + ":"}, out...)
+		}
+		return nil
+	}
 	for round := 0; m.joins && round < 8 && len(out) == 0; round++ {
 		what, err := dr.dimensionRound(rr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := e.WatermarkToken(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
-			t.Fatalf("seed %d: dimension round %d (%s): %v\n%s", seed, round, what, err, dr.stuckBuilds())
-		}
-		if out = dr.compareAll(); len(out) > 0 {
-			out = append([]string{fmt.Sprintf("dimension round %d (%s):", round, what)}, out...)
-		}
+		out = settled(fmt.Sprintf("dimension round %d (%s)", round, what))
 	}
-	for round, q := range dr.edgeRounds() {
-		if len(out) > 0 || !m.joins {
-			break
-		}
-		if _, err := pool.Exec(context.Background(), q); err != nil && !retryable(err) {
-			t.Fatalf("seed %d: edge round %d: %s: %v", seed, round, q, err)
-		}
-		tok, err := e.WatermarkToken(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
-			t.Fatalf("seed %d: edge round %d: %v\n%s", seed, round, err, dr.stuckBuilds())
-		}
-		if out = dr.compareAll(); len(out) > 0 {
-			out = append([]string{fmt.Sprintf("edge round %d (%s):", round, q)}, out...)
+	if m.joins && len(out) == 0 {
+		for round, q := range dr.edgeRounds() {
+			if _, err := pool.Exec(context.Background(), q); err != nil && !retryable(err) {
+				t.Fatalf("seed %d: edge round %d: %s: %v", seed, round, q, err)
+			}
+			if out = settled(fmt.Sprintf("edge round %d (%s)", round, q)); len(out) > 0 {
+				break
+			}
 		}
 	}
 	var sizes []string
@@ -359,7 +356,9 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 	}
 	if m.bulk { // the log is kept (keepLog): its widest row shows the bulk path ran
 		var widest int
-		pool.QueryRow(context.Background(), "SELECT coalesce(max(cardinality(keys)), 0) FROM trellis._change_log").Scan(&widest)
+		if err := pool.QueryRow(context.Background(), "SELECT coalesce(max(cardinality(keys)), 0) FROM trellis._change_log").Scan(&widest); err != nil {
+			t.Fatalf("seed %d: widest log row: %v", seed, err)
+		}
 		if widest <= bulkBatchKeys(cfg.PageSize) {
 			t.Errorf("seed %d: widest bulk log row %d keys, not over %d pages of %d", seed, widest, bulkFactor, cfg.PageSize)
 		}
