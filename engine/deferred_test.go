@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -149,5 +150,104 @@ func TestOpenClientTransactionStallsOnlyItsTransform(t *testing.T) {
 	}
 	for _, q := range others {
 		assertSame(t, pool, q[0], q[1])
+	}
+}
+
+// The staging worker's pause of transforms whose shares kept failing locks
+// only those definitions' rows: a page running beside it must find every
+// other definition free, or it defers their keys (the stall of
+// TestIsoStallRule: the victim's keys deferred behind mallory's failure).
+func TestPausingFailedSharesLocksOnlyThem(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 10) g`)
+	e, stop := startEngine(t, pool, fastConfig())
+	for _, s := range []string{`TRANSFORM t1 FROM s SELECT a * 2 AS a2`, `TRANSFORM t2 FROM s SELECT a + 1 AS a1`} {
+		if _, err := applyText(t, e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitLive(t, e, "t1")
+	awaitLive(t, e, "t2")
+	stop()
+	var failing, healthy int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT id FROM trellis._definitions WHERE target_table = 'public.t1'),
+		(SELECT id FROM trellis._definitions WHERE target_table = 'public.t2')`).Scan(&failing, &healthy); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, `INSERT INTO trellis._page_failures (definition_id, attempts, error, next_attempt_at, table_name)
+		VALUES ($1, $2, 'boom', now(), 'public.s')`, failing, pageFailuresToPause)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := e.pauseFailing(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM trellis._definitions WHERE id = $1 FOR SHARE NOWAIT) x`,
+		healthy).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("a page's share lock on the healthy transform beside the pause: %d %v", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := storedStatus(t, e, "t1"); st != "paused" {
+		t.Fatalf("the failing transform is %s, want paused", st)
+	}
+	if st, _, _ := storedStatus(t, e, "t2"); st != "live" {
+		t.Fatalf("the healthy transform is %s, want live", st)
+	}
+}
+
+// A staging pass that stages deferred keys again is not steady, and the
+// pass fingerprint tells deferred keys apart from earlier ones of the same
+// count: otherwise a page deferring as many keys as the pass just moved
+// leaves them deferred until the next forced full pass (30 s).
+func TestDeferredKeysStagedAgainAfterAnyDeferral(t *testing.T) {
+	pool := testDB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
+	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 10) g`)
+	e, stop := startEngine(t, pool, fastConfig())
+	if _, err := applyText(t, e, `TRANSFORM t1 FROM s SELECT a * 2 AS a2`); err != nil {
+		t.Fatal(err)
+	}
+	awaitLive(t, e, "t1")
+	converge(t, e)
+	stop()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	fingerprint := func() string {
+		var fp string
+		var drained int64
+		if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.tbl("_definition_reads"), e.tbl("_captured_tables"),
+			e.tbl("_definitions"), e.tbl("_paused_columns"), e.tbl("_batches"), e.tbl("_deferred"))).Scan(&fp, &drained); err != nil {
+			t.Fatal(err)
+		}
+		return fp
+	}
+	deferKey := `INSERT INTO trellis._deferred (definition_id, src_table, key)
+		SELECT id, 'public.s', '3' FROM trellis._definitions WHERE target_table = 'public.t1'`
+	exec(t, pool, deferKey)
+	before := fingerprint()
+	steady, err := e.fullPass(ctx, conn.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steady {
+		t.Fatal("a pass that staged deferred keys again called itself steady")
+	}
+	if n := count(t, pool, `SELECT 1 FROM trellis._deferred`); n != 0 {
+		t.Fatalf("%d deferred keys left for a live, unlocked transform", n)
+	}
+	exec(t, pool, deferKey)
+	if fingerprint() == before {
+		t.Fatal("the pass fingerprint does not tell a new deferral from the one the last pass staged")
 	}
 }

@@ -606,8 +606,11 @@ func (e *Engine) deferKeys(ctx context.Context, tx pgx.Tx, skipped []skippedRead
 // row and fence are free: as 'rederive' rows (same origin and hop, so
 // convergence stays pending without a gap) while it applies, or a rebuild
 // for a deferred truncate; a paused, rebuilding or dropped definition's are
-// dropped, its rebuild covers them. It reports whether any remain.
-func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining bool, err error) {
+// dropped, its rebuild covers them. busy: it found deferred keys (staged
+// again, dropped or left), so the pass that ran it is not steady: the keys
+// it moved changed what the pass fingerprinted, and a page may defer as
+// many again before the next pass.
+func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (busy bool, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, err
@@ -654,10 +657,7 @@ func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (remaining
 			return false, err
 		}
 	}
-	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s)", e.tbl("_deferred"))).Scan(&remaining); err != nil {
-		return false, err
-	}
-	return remaining, tx.Commit(ctx)
+	return true, tx.Commit(ctx)
 }
 
 // lsnLess compares two pg_lsn texts "X/Y".

@@ -147,7 +147,11 @@ func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []
 func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH f AS (
 		  DELETE FROM %[1]s pf WHERE pf.attempts >= $1 AND pf.definition_id IN (
-		    SELECT d.id FROM %[2]s d WHERE d.status IN ('backfilling', 'live') FOR UPDATE SKIP LOCKED)
+		    -- Only the definitions to pause: an unfiltered FOR UPDATE would lock
+		    -- every applying row, and pages beside it would defer the keys of
+		    -- every other transform.
+		    SELECT d.id FROM %[2]s d JOIN %[1]s x ON x.definition_id = d.id
+		    WHERE x.attempts >= $1 AND d.status IN ('backfilling', 'live') FOR UPDATE OF d SKIP LOCKED)
 		  RETURNING pf.*)
 		UPDATE %[2]s d SET status = 'paused', version = version + 1,
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,

@@ -273,7 +273,8 @@ const fullPassEvery = 30 * time.Second
 // added to one reaches the tamper check at the next pass) its pg_class row and relfilenode, its pg_attribute,
 // pg_trigger and pg_inherits rows. Any DDL on them writes one of these rows
 // and so changes an xmin or a row set; so does a page deferring keys
-// (the number of deferred keys). It also returns the newest drained
+// (the number of deferred keys and the sum of their xmins: as many keys
+// deferred again as the last pass staged are new rows). It also returns the newest drained
 // batch (retirement's input). VACUUM and ANALYZE update pg_class in place
 // (no new xmin), so they do not force passes.
 const passFingerprintSQL = `
@@ -295,7 +296,7 @@ SELECT md5(concat_ws('|',
      (SELECT string_agg(concat_ws(':', i.inhrelid, i.inhparent, i.xmin), ',' ORDER BY i.inhrelid, i.inhparent)
         FROM pg_inherits i WHERE i.inhrelid = t.table_oid OR i.inhparent = t.table_oid)), ';' ORDER BY t.table_name, t.table_oid)
    FROM t LEFT JOIN pg_class c ON c.oid = t.table_oid),
-  (SELECT count(*) FROM %[6]s))),
+  (SELECT concat_ws(',', count(*), sum(xmin::text::int8)) FROM %[6]s))),
   coalesce((SELECT max(seq) FROM %[5]s WHERE state = 'drained'), 0)`
 
 // stagingPass runs the staging work. A periodic pass (force false) over an
@@ -351,13 +352,13 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 	steady = !verifiedActed
 	// Keys pages deferred while a client transaction held their
 	// definition: staged again once it ended (§12.8).
-	if remaining, err := e.resolveDeferred(ctx, conn); err != nil {
+	if busy, err := e.resolveDeferred(ctx, conn); err != nil {
 		e.log.Warn("staging deferred keys failed", "err", err)
 		if conn.IsClosed() {
 			return false, err
 		}
 		steady = false
-	} else if remaining {
+	} else if busy {
 		steady = false
 	}
 	// Schema changes under applying definitions pause exactly those (§12.9).

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -48,7 +47,7 @@ func TestEmbedded(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- proxy.Run(ctx, cfg, proxy.Options{Stdout: &stdout, Ready: func(i proxy.Info) { ready <- i },
-			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+			Logger: testLogger(t)})
 	}()
 	var info proxy.Info
 	select {

@@ -47,11 +47,7 @@ func start(t *testing.T, mod func(*proxy.Config, *proxy.Options)) *harness {
 	cfg.ShutdownGrace = 5 * time.Second
 	// Relay tests run the bare relay; tests of Trellis statements turn the
 	// engine on (RelayOnly false) or bring their own interceptor.
-	level := slog.LevelWarn
-	if os.Getenv("TRELLIS_IT_DEBUG") != "" { // the engine's retried steps and pages in a failure's output
-		level = slog.LevelDebug
-	}
-	opts := proxy.Options{RelayOnly: true, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))}
+	opts := proxy.Options{RelayOnly: true, Logger: testLogger(t)}
 	if mod != nil {
 		mod(&cfg, &opts)
 	}
@@ -260,3 +256,14 @@ type (
 	proxyConfig  = proxy.Config
 	proxyOptions = proxy.Options
 )
+
+// testLogger logs to the test's output at Warn, or at Debug with
+// TRELLIS_IT_DEBUG set (the engine's retried steps and pages in a
+// failure's output).
+func testLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("TRELLIS_IT_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}

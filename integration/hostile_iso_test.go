@@ -62,6 +62,7 @@ func (s *isoTenants) victimConverges(t *testing.T, malWrite string, secret strin
 		mustExec(t, s.mal, malWrite)
 		mustExec(t, s.victim, `UPDATE iso_vsrc SET v = v + 1`)
 		if _, err := s.victim.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 5000)`); err != nil {
+			s.dumpEngineState(t)
 			t.Fatalf("round %d: the victim's write did not converge while mallory's transform is held: %v", round, err)
 		}
 	}
@@ -90,6 +91,34 @@ func (s *isoTenants) victimConverges(t *testing.T, malWrite string, secret strin
 	var super bool
 	if err := s.su.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = 'iso_mallory'`).Scan(&super); err != nil || super {
 		t.Fatalf("mallory's rolsuper: %v %v", super, err)
+	}
+}
+
+// dumpEngineState logs the engine's queue tables, so a stall names the row
+// that holds it.
+func (s *isoTenants) dumpEngineState(t *testing.T) {
+	t.Helper()
+	for _, q := range []string{
+		`SELECT id, target_table, status, version, status_detail::text FROM trellis._definitions`,
+		`SELECT * FROM trellis._batches ORDER BY 1`,
+		`SELECT * FROM trellis._batch_buckets ORDER BY 1, 2`,
+		`SELECT * FROM trellis._page_failures`,
+		`SELECT * FROM trellis._deferred`,
+		`SELECT count(*) FROM trellis._change_log`,
+		`SELECT * FROM trellis._workers`,
+		`SELECT pid, usename, state, wait_event_type, wait_event, left(query, 200) FROM pg_stat_activity WHERE datname = current_database()`,
+	} {
+		rows, err := s.su.Query(context.Background(), q)
+		if err != nil {
+			t.Logf("%s: %v", q, err)
+			continue
+		}
+		t.Logf("== %s", q)
+		for rows.Next() {
+			vals, _ := rows.Values()
+			t.Logf("  %v", vals)
+		}
+		rows.Close()
 	}
 }
 

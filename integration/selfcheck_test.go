@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -38,7 +37,7 @@ func scStart(t *testing.T) *scHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := testLogger(t)
 	cfg := engine.Config{
 		Logger:       logger.With("component", "engine"),
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,7 +71,7 @@ func startTrellisOpts(t *testing.T, workers string, targetTriggers bool) *trelli
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := testLogger(t)
 	e := engine.New(pool, engine.Config{
 		Logger:       logger.With("component", "engine"),
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
@@ -90,7 +89,7 @@ func startTrellisOpts(t *testing.T, workers string, targetTriggers bool) *trelli
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	ic := intercept.New(intercept.Config{Engine: e, Schema: "trellis", Database: db,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger: testLogger(t)})
 	h := start(t, func(cfg *proxy.Config, opts *proxy.Options) {
 		cfg.Upstream = c.URL(db)
 		opts.Interceptor = ic
