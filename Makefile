@@ -53,12 +53,12 @@ bench-passthrough: prereqs build
 	@./scripts/ensure-postgres.sh pgbouncer
 	$(GO) run ./cmd/trellis-bench passthrough
 
-# B2, B6, B7, B8, B9, B10 and the self-check under writes against the
-# in-process engine, and the DDL latency
-# through the proxy (docs/benchmarks-engine.md); BENCHFLAGS=-quick for a
-# smoke run of a few minutes.
+# B2, B6, B7, B8, B9, B10, the self-check under writes and the bulk drain
+# (issue 18, ~30 min of the run) against the in-process engine, and the DDL
+# latency through the proxy (docs/benchmarks-engine.md); BENCHFLAGS=-quick
+# for a smoke run of a few minutes.
 bench-engine: prereqs build
-	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency self-check
+	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) write-tax group-contention hop-ladder poisoned-key backfill idle-cost memory apply-latency self-check bulk-drain
 
 # The JOIN benchmarks of the joins spec §7 (J1 build, J2 dimension latency,
 # J3 write tax, J5 fan-out cost; J4, pg_ivm, is measured beside the project)
@@ -68,9 +68,8 @@ bench-engine: prereqs build
 bench-joins: prereqs
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) join-build join-latency join-write-tax join-fanout
 
-# Issue 18: one batch of 100,000 / 1,000,000 / 10,000,000 keys, alone and
-# beside a side writer (up to ~2 h while the drain is quadratic; see
-# docs/benchmarks-engine.md). Not part of bench-engine until it is linear.
+# Issue 18 alone: one batch of 100,000 / 1,000,000 / 10,000,000 keys, alone
+# and beside a side writer, ~30 min (docs/benchmarks-engine.md "Bulk drain").
 bench-bulk: prereqs
 	$(GO) run ./cmd/trellis-bench $(BENCHFLAGS) bulk-drain
 
