@@ -191,8 +191,11 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 		f := &captureFailure{Table: h.table,
 			Error:  fmt.Sprintf("table %s of %s is not owned by the workers' role or carries a trigger, rule, policy, default, check, generated column or index Trellis did not make; the workers do not write it", h.table, t),
 			Remedy: fmt.Sprintf("remove what was added to %s (or DROP TRANSFORM %s and define it again), then RESUME TRANSFORM %s", h.table, t, t)}
-		if err := e.pauseFailed(ctx, conn, h.id, f); err != nil {
-			return false, err
+		if held, err := e.pauseFailed(ctx, conn, h.id, f); err != nil || held {
+			if err != nil {
+				return false, err
+			}
+			continue // its owner's transaction holds it: a later pass
 		}
 		e.log.Warn("transform paused: foreign code on its tables", "definition", h.id, "table", h.table)
 	}

@@ -143,8 +143,8 @@ func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted b
 		}
 		acted = true
 		if why == "" {
-			if _, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET verified = true
-				WHERE id = $1 AND definition_sql = $2 AND compiled = $3::jsonb`, e.tbl("_definitions")), d.id, d.stmt, d.raw); err != nil {
+			if _, err := e.updateDefinition(ctx, conn, d.id, fmt.Sprintf(`UPDATE %s SET verified = true
+				WHERE id = $1 AND definition_sql = $2 AND compiled = $3::jsonb`, e.tbl("_definitions")), d.stmt, d.raw); err != nil {
 				return acted, err
 			}
 			continue
@@ -153,8 +153,11 @@ func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted b
 			Error: fmt.Sprintf("the catalog row of transform %s does not match its statement as the workers compile it: %s; the workers do not run it", d.target, why),
 			Remedy: fmt.Sprintf("define the transform through the proxy (PAUSE TRANSFORM, DROP TRANSFORM %s, then TRANSFORM again); "+
 				"the catalog functions accept no compiled form of their own", d.target)}
-		if err := e.pauseFailed(ctx, conn, d.id, f); err != nil {
-			return acted, err
+		if held, err := e.pauseFailed(ctx, conn, d.id, f); err != nil || held {
+			if err != nil {
+				return acted, err
+			}
+			continue
 		}
 		e.log.Warn("transform paused: its catalog row does not match its statement", "definition", d.id)
 	}
@@ -171,7 +174,10 @@ func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw
 		return "", err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+	// The install timeout, not the page's: a tenant holding a lock on her
+	// source must not hold the staging connection (every role's seals)
+	// for seconds at each pass; the row is verified at a later one.
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
 		return "", err
 	}
 	c, err := e.recompile(ctx, tx, stmt, srcOID)
@@ -191,12 +197,41 @@ func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw
 	return "", nil
 }
 
-// pauseFailed pauses an applying definition with a capture_failure.
-func (e *Engine) pauseFailed(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) error {
+// pauseFailed pauses an applying definition with a capture_failure, unless
+// a client transaction holds it (left for a later pass, updateDefinition).
+func (e *Engine) pauseFailed(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) (held bool, err error) {
 	raw, _ := json.Marshal(f)
-	_, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
+	return e.updateDefinition(ctx, conn, id, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
 		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
-		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), id, raw)
-	return err
+		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), raw)
+}
+
+// updateDefinition runs update (its $1 is id) on a definition's row for the
+// staging worker, in a transaction of its own, behind the definition's
+// fence: a fence a client transaction holds (its owner's PAUSE, ALTER or
+// DROP still open) leaves the row for a later pass, and pages in flight are
+// waited for only under PageLockTimeout, so the staging worker, and with it
+// every role's seals, never waits for another role's transaction (D21).
+// held: the row was left.
+func (e *Engine) updateDefinition(ctx context.Context, conn *pgx.Conn, id int64, update string, args ...any) (held bool, err error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background())
+	got, err := e.stagingFence(ctx, tx, id)
+	if err == nil && got {
+		_, err = tx.Exec(ctx, update, append([]any{id}, args...)...)
+	}
+	if err != nil {
+		if base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil {
+			return true, nil // a lock wait cut short: next pass
+		}
+		return false, err
+	}
+	if !got {
+		return true, nil
+	}
+	return false, tx.Commit(ctx)
 }

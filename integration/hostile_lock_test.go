@@ -364,3 +364,54 @@ func lockStagingNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) 
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A tenant's open transaction on her own transform cannot stall the
+// staging worker's verification of it (D21): she defines a transform (a
+// row the workers must verify) and, before they do, holds PAUSE TRANSFORM
+// in a transaction she keeps open. The staging worker must leave her row
+// for a later pass rather than wait for her lock: the victim's writes keep
+// converging and a new transform of the victim's still goes live. Once she
+// ends the transaction her row is verified and her transform builds.
+func TestLockVerifyNeverWaitsForTenantTransaction(t *testing.T) {
+	eachWorkers(t, lockVerifyNeverWaitsForTenantTransaction)
+}
+
+func lockVerifyNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) {
+	ctx := context.Background()
+	m := execMallory(t, h)
+	mustExec(t, m, `CREATE TABLE public.lock_vmsrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, m, `INSERT INTO public.lock_vmsrc SELECT g, g FROM generate_series(1, 20) g`)
+	su := h.owner(t)
+	mustExec(t, su, `CREATE TABLE lock_vvsrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, su, `INSERT INTO lock_vvsrc SELECT g, g FROM generate_series(1, 20) g`)
+	mustExec(t, su, `TRANSFORM lock_vvt FROM lock_vvsrc SELECT a * 2 AS b`)
+	h.waitStatus(t, "lock_vvt", "live")
+	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	// Define, then at once hold the row in an open transaction: the
+	// staging worker meets the row unverified and locked.
+	mustExec(t, mp, `TRANSFORM lock_vmt FROM public.lock_vmsrc SELECT a + 1 AS b`)
+	mustExec(t, mp, `BEGIN`)
+	mustExec(t, mp, `PAUSE TRANSFORM lock_vmt`)
+	defer mp.Exec(ctx, `ROLLBACK`)
+	var verified bool
+	if err := h.pool.QueryRow(ctx, `SELECT verified FROM trellis._definitions WHERE target_table = 'public.lock_vmt'`).Scan(&verified); err != nil {
+		t.Fatal(err)
+	}
+	if verified {
+		t.Log("the staging worker verified her row before her PAUSE took it; the wait below is not exercised this run")
+	}
+	time.Sleep(500 * time.Millisecond) // a few staging passes meet her open transaction
+	mustExec(t, su, `UPDATE lock_vvsrc SET a = a + 1`)
+	if _, err := su.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 10000)`); err != nil {
+		t.Fatalf("the victim's write while mallory holds her unverified transform: %v", err)
+	}
+	h.sameAs(t, su, `SELECT id, b FROM lock_vvt`, `SELECT id, a * 2 FROM lock_vvsrc`)
+	mustExec(t, su, `TRANSFORM lock_vvt2 FROM lock_vvsrc SELECT a - 1 AS c`)
+	var status string
+	if err := su.QueryRow(ctx, `SELECT trellis.await_live('lock_vvt2', 10000)`).Scan(&status); err != nil {
+		t.Fatalf("a new transform while mallory's transaction is open: %v", err)
+	}
+	// She ends it: her row is verified and her transform goes live.
+	mustExec(t, mp, `ROLLBACK`)
+	h.waitStatus(t, "lock_vmt", "live")
+}
