@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
@@ -101,11 +102,10 @@ const applyingStatuses = `d.status IN ('waiting_to_backfill', 'backfilling', 'li
 // pass; it reads only catalogs, never rows. acted: it bound, paused or
 // rebuilt something (the pass is not steady).
 func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
-	tag, err := conn.Exec(ctx, fmt.Sprintf(bindSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
+	acted, err = e.bindReads(ctx, conn)
 	if err != nil {
 		return false, err
 	}
-	acted = tag.RowsAffected() > 0
 	_, order, err := e.readProblems(ctx, conn, applyingStatuses)
 	if err != nil {
 		return false, err
@@ -127,6 +127,30 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 	}
 	rewritten, err := e.checkRewrites(ctx, conn)
 	return acted || tampered || rewritten, err
+}
+
+// bindReads records the bindings of reads that have none yet (bindSQL). A
+// read row its owner's open transaction holds (an ALTER TRANSFORM right
+// after the define) is waited for no longer than an install waits, and
+// bound at a later pass: the staging worker never waits for another role's
+// transaction (D21).
+func (e *Engine) bindReads(ctx context.Context, conn *pgx.Conn) (bound bool, err error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, fmt.Sprintf(bindSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil && base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil {
+		return true, nil // not steady: bound at a later pass
+	}
+	return err == nil && tag.RowsAffected() > 0, err
 }
 
 // tamperSQL lists applying definitions whose target or ledger is not the
@@ -223,13 +247,22 @@ func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool,
 		if err != nil {
 			return false, err
 		}
+		// The table's owner may hold what this needs in a transaction she
+		// keeps open (her TRUNCATE's bookkeeping row, her PAUSE's definition
+		// row): the staging worker, and every role's seals with it, waits
+		// for her no longer than an install does, and the table is checked
+		// again at a later pass (D21).
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+			tx.Rollback(ctx)
+			return false, err
+		}
 		// Under the row lock a concurrent truncate's update cannot interleave.
 		var changed bool
 		if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT c.relfilenode <> ct.relfilenode FROM %s ct JOIN pg_class c ON c.oid = ct.table_oid
-			WHERE ct.table_name = $1 FOR UPDATE OF ct`, e.tbl("_captured_tables")), t).Scan(&changed); err != nil || !changed {
+			WHERE ct.table_name = $1 FOR UPDATE OF ct SKIP LOCKED`, e.tbl("_captured_tables")), t).Scan(&changed); err != nil || !changed {
 			tx.Rollback(ctx)
 			if errors.Is(err, pgx.ErrNoRows) {
-				continue
+				continue // gone, or held by its owner's transaction: a later pass
 			}
 			if err != nil {
 				return false, err
@@ -245,6 +278,10 @@ func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool,
 			err = tx.Commit(ctx)
 		}
 		tx.Rollback(ctx)
+		if err != nil && base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil {
+			e.log.Debug("rewrite check left for a later pass: a reader is held by a client transaction", "table", t, "err", err)
+			continue
+		}
 		if err != nil {
 			return false, err
 		}

@@ -61,6 +61,10 @@ func (e *Engine) stagingSession(ctx context.Context) error {
 	cc.RuntimeParams["tcp_keepalives_idle"] = "5"
 	cc.RuntimeParams["tcp_keepalives_interval"] = "2"
 	cc.RuntimeParams["tcp_keepalives_count"] = "3"
+	// A backstop: every step that can meet a tenant's lock sets its own
+	// shorter timeout and leaves the work for a later pass (D21); a
+	// statement that forgot still waits for no one for longer than a page.
+	cc.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", e.cfg.PageLockTimeout.Milliseconds())
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return err

@@ -372,11 +372,18 @@ func lockStagingNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) 
 // for a later pass rather than wait for her lock: the victim's writes keep
 // converging and a new transform of the victim's still goes live. Once she
 // ends the transaction her row is verified and her transform builds.
+//
+// The ALTER variant holds her read rows too, which the staging worker
+// binds to their columns on its first pass after the define.
 func TestLockVerifyNeverWaitsForTenantTransaction(t *testing.T) {
-	eachWorkers(t, lockVerifyNeverWaitsForTenantTransaction)
+	for _, hold := range []string{"PAUSE TRANSFORM lock_vmt", "ALTER TRANSFORM lock_vmt ADD a * 3 AS c"} {
+		t.Run(strings.Fields(hold)[0], func(t *testing.T) {
+			eachWorkers(t, func(t *testing.T, h *trellisHarness) { lockVerifyNeverWaits(t, h, hold) })
+		})
+	}
 }
 
-func lockVerifyNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) {
+func lockVerifyNeverWaits(t *testing.T, h *trellisHarness, hold string) {
 	ctx := context.Background()
 	m := execMallory(t, h)
 	mustExec(t, m, `CREATE TABLE public.lock_vmsrc (id int PRIMARY KEY, a int)`)
@@ -391,7 +398,7 @@ func lockVerifyNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) {
 	// staging worker meets the row unverified and locked.
 	mustExec(t, mp, `TRANSFORM lock_vmt FROM public.lock_vmsrc SELECT a + 1 AS b`)
 	mustExec(t, mp, `BEGIN`)
-	mustExec(t, mp, `PAUSE TRANSFORM lock_vmt`)
+	mustExec(t, mp, hold)
 	defer mp.Exec(ctx, `ROLLBACK`)
 	var verified bool
 	if err := h.pool.QueryRow(ctx, `SELECT verified FROM trellis._definitions WHERE target_table = 'public.lock_vmt'`).Scan(&verified); err != nil {
@@ -414,4 +421,50 @@ func lockVerifyNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) {
 	// She ends it: her row is verified and her transform goes live.
 	mustExec(t, mp, `ROLLBACK`)
 	h.waitStatus(t, "lock_vmt", "live")
+}
+
+// A tenant's open transaction cannot stall the staging worker's rewrite
+// check (D21): she rewrites her own captured table behind capture's back
+// (VACUUM FULL, which fires no trigger) and at once holds, in a
+// transaction she keeps open, either a TRUNCATE of it (capture's truncate
+// trigger then holds the table's bookkeeping row) or a PAUSE of her
+// transform (its definition row). The rewrite check must leave her table
+// for a later pass rather than wait: the victim's writes keep converging.
+// Once she ends the transaction her transform is rebuilt or paused as
+// usual.
+func TestLockRewriteCheckNeverWaitsForTenantTransaction(t *testing.T) {
+	for _, hold := range []string{"TRUNCATE public.lock_rmsrc", "PAUSE TRANSFORM lock_rmt"} {
+		t.Run(strings.Fields(hold)[0], func(t *testing.T) {
+			eachWorkers(t, func(t *testing.T, h *trellisHarness) { lockRewriteCheckNeverWaits(t, h, hold) })
+		})
+	}
+}
+
+func lockRewriteCheckNeverWaits(t *testing.T, h *trellisHarness, hold string) {
+	ctx := context.Background()
+	m := execMallory(t, h)
+	mustExec(t, m, `CREATE TABLE public.lock_rmsrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, m, `INSERT INTO public.lock_rmsrc SELECT g, g FROM generate_series(1, 20) g`)
+	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	mustExec(t, mp, `TRANSFORM lock_rmt FROM public.lock_rmsrc SELECT a + 1 AS b`)
+	su := h.owner(t)
+	mustExec(t, su, `CREATE TABLE lock_rvsrc (id int PRIMARY KEY, a int)`)
+	mustExec(t, su, `INSERT INTO lock_rvsrc SELECT g, g FROM generate_series(1, 20) g`)
+	mustExec(t, su, `TRANSFORM lock_rvt FROM lock_rvsrc SELECT a * 2 AS b`)
+	h.waitStatus(t, "lock_rmt", "live")
+	h.waitStatus(t, "lock_rvt", "live")
+	mustExec(t, mp, `VACUUM FULL public.lock_rmsrc`)
+	mustExec(t, mp, `BEGIN`)
+	mustExec(t, mp, hold)
+	defer mp.Exec(ctx, `ROLLBACK`)
+	time.Sleep(500 * time.Millisecond) // a few staging passes meet her open transaction
+	mustExec(t, su, `UPDATE lock_rvsrc SET a = a + 1`)
+	if _, err := su.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 10000)`); err != nil {
+		t.Fatalf("the victim's write while mallory holds %q after a rewrite: %v", hold, err)
+	}
+	h.sameAs(t, su, `SELECT id, b FROM lock_rvt`, `SELECT id, a * 2 FROM lock_rvsrc`)
+	// She ends it: the rewrite check rebuilds her transform.
+	mustExec(t, mp, `ROLLBACK`)
+	h.waitStatus(t, "lock_rmt", "live")
+	h.sameAs(t, mp, `SELECT id, b FROM lock_rmt`, `SELECT id, a + 1 FROM public.lock_rmsrc`)
 }
