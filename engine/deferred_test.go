@@ -163,13 +163,7 @@ func TestPausingFailedSharesLocksOnlyThem(t *testing.T) {
 	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
 	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 10) g`)
 	e, stop := startEngine(t, pool, fastConfig())
-	for _, s := range []string{`TRANSFORM t1 FROM s SELECT a * 2 AS a2`, `TRANSFORM t2 FROM s SELECT a + 1 AS a1`} {
-		if _, err := applyText(t, e, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	awaitLive(t, e, "t1")
-	awaitLive(t, e, "t2")
+	liveTransforms(t, e, `TRANSFORM t1 FROM s SELECT a * 2 AS a2`, `TRANSFORM t2 FROM s SELECT a + 1 AS a1`)
 	stop()
 	var failing, healthy int64
 	if err := pool.QueryRow(ctx, `SELECT (SELECT id FROM trellis._definitions WHERE target_table = 'public.t1'),
@@ -212,10 +206,7 @@ func TestDeferredKeysStagedAgainAfterAnyDeferral(t *testing.T) {
 	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
 	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 10) g`)
 	e, stop := startEngine(t, pool, fastConfig())
-	if _, err := applyText(t, e, `TRANSFORM t1 FROM s SELECT a * 2 AS a2`); err != nil {
-		t.Fatal(err)
-	}
-	awaitLive(t, e, "t1")
+	liveTransforms(t, e, `TRANSFORM t1 FROM s SELECT a * 2 AS a2`)
 	converge(t, e)
 	stop()
 	conn, err := pool.Acquire(ctx)

@@ -21,13 +21,7 @@ func TestLifecycleStatementWaitsOnlyForPagesInFlight(t *testing.T) {
 	exec(t, pool, `CREATE TABLE s (id int PRIMARY KEY, a int)`)
 	exec(t, pool, `INSERT INTO s SELECT g, g FROM generate_series(1, 100) g`)
 	e, _ := startEngine(t, pool, fastConfig())
-	for _, s := range []string{`TRANSFORM t1 FROM s SELECT a * 2 AS a2`, `TRANSFORM t2 FROM s SELECT a + 1 AS a1`} {
-		if _, err := applyText(t, e, s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	awaitLive(t, e, "t1")
-	awaitLive(t, e, "t2")
+	liveTransforms(t, e, `TRANSFORM t1 FROM s SELECT a * 2 AS a2`, `TRANSFORM t2 FROM s SELECT a + 1 AS a1`)
 	var id int64
 	if err := pool.QueryRow(ctx, `SELECT id FROM trellis._definitions WHERE target_table = 'public.t1'`).Scan(&id); err != nil {
 		t.Fatal(err)

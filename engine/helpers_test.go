@@ -237,3 +237,17 @@ func awaitBeforeReturn(t *testing.T, what string, done <-chan error, cond func()
 	}
 	return false, nil
 }
+
+// liveTransforms applies each TRANSFORM text and waits until every target
+// is live.
+func liveTransforms(t *testing.T, e *Engine, texts ...string) {
+	t.Helper()
+	for _, s := range texts {
+		if _, err := applyText(t, e, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range texts {
+		awaitLive(t, e, strings.Fields(s)[1])
+	}
+}

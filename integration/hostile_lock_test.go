@@ -326,25 +326,15 @@ func TestLockStagingNeverWaitsForTenantTransaction(t *testing.T) {
 
 func lockStagingNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) {
 	ctx := context.Background()
-	m := execMallory(t, h)
-	mustExec(t, m, `CREATE TABLE public.lock_msrc (id int PRIMARY KEY, a int)`)
-	mustExec(t, m, `INSERT INTO public.lock_msrc SELECT g, g FROM generate_series(1, 20) g`)
-	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	m, mp, su := lockTenants(t, h, "lock_msrc", "lock_vsrc", "lock_vt")
 	mustExec(t, mp, `TRANSFORM lock_mt FROM public.lock_msrc SELECT a + 1 AS b`)
-	su := h.owner(t)
-	mustExec(t, su, `CREATE TABLE lock_vsrc (id int PRIMARY KEY, a int)`)
-	mustExec(t, su, `INSERT INTO lock_vsrc SELECT g, g FROM generate_series(1, 20) g`)
-	mustExec(t, su, `TRANSFORM lock_vt FROM lock_vsrc SELECT a * 2 AS b`)
 	h.waitStatus(t, "lock_mt", "live")
-	h.waitStatus(t, "lock_vt", "live")
 	mustExec(t, mp, `BEGIN`)
 	mustExec(t, mp, `PAUSE TRANSFORM lock_mt`)
 	defer mp.Exec(ctx, `ROLLBACK`)
 	mustExec(t, m, `ALTER TABLE public.lock_msrc RENAME COLUMN a TO a_renamed`)
 	time.Sleep(500 * time.Millisecond) // a few staging passes meet her open transaction
-	mustExec(t, su, `UPDATE lock_vsrc SET a = a + 1`)
-	mustExec(t, su, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`)
-	h.sameAs(t, su, `SELECT id, b FROM lock_vt`, `SELECT id, a * 2 FROM lock_vsrc`)
+	h.victimConverges(t, su, "lock_vsrc", "lock_vt", 30000, "mallory holds PAUSE open after a rename")
 	mustExec(t, su, `TRANSFORM lock_vt2 FROM lock_vsrc SELECT a - 1 AS c`)
 	var status string
 	if err := su.QueryRow(ctx, `SELECT trellis.await_live('lock_vt2', 30000)`).Scan(&status); err != nil {
@@ -376,24 +366,12 @@ func lockStagingNeverWaitsForTenantTransaction(t *testing.T, h *trellisHarness) 
 // The ALTER variant holds her read rows too, which the staging worker
 // binds to their columns on its first pass after the define.
 func TestLockVerifyNeverWaitsForTenantTransaction(t *testing.T) {
-	for _, hold := range []string{"PAUSE TRANSFORM lock_vmt", "ALTER TRANSFORM lock_vmt ADD a * 3 AS c"} {
-		t.Run(strings.Fields(hold)[0], func(t *testing.T) {
-			eachWorkers(t, func(t *testing.T, h *trellisHarness) { lockVerifyNeverWaits(t, h, hold) })
-		})
-	}
+	eachHold(t, []string{"PAUSE TRANSFORM lock_vmt", "ALTER TRANSFORM lock_vmt ADD a * 3 AS c"}, lockVerifyNeverWaits)
 }
 
 func lockVerifyNeverWaits(t *testing.T, h *trellisHarness, hold string) {
 	ctx := context.Background()
-	m := execMallory(t, h)
-	mustExec(t, m, `CREATE TABLE public.lock_vmsrc (id int PRIMARY KEY, a int)`)
-	mustExec(t, m, `INSERT INTO public.lock_vmsrc SELECT g, g FROM generate_series(1, 20) g`)
-	su := h.owner(t)
-	mustExec(t, su, `CREATE TABLE lock_vvsrc (id int PRIMARY KEY, a int)`)
-	mustExec(t, su, `INSERT INTO lock_vvsrc SELECT g, g FROM generate_series(1, 20) g`)
-	mustExec(t, su, `TRANSFORM lock_vvt FROM lock_vvsrc SELECT a * 2 AS b`)
-	h.waitStatus(t, "lock_vvt", "live")
-	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	_, mp, su := lockTenants(t, h, "lock_vmsrc", "lock_vvsrc", "lock_vvt")
 	// Define, then at once hold the row in an open transaction: the
 	// staging worker meets the row unverified and locked.
 	mustExec(t, mp, `TRANSFORM lock_vmt FROM public.lock_vmsrc SELECT a + 1 AS b`)
@@ -408,11 +386,7 @@ func lockVerifyNeverWaits(t *testing.T, h *trellisHarness, hold string) {
 		t.Log("the staging worker verified her row before her PAUSE took it; the wait below is not exercised this run")
 	}
 	time.Sleep(500 * time.Millisecond) // a few staging passes meet her open transaction
-	mustExec(t, su, `UPDATE lock_vvsrc SET a = a + 1`)
-	if _, err := su.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 10000)`); err != nil {
-		t.Fatalf("the victim's write while mallory holds her unverified transform: %v", err)
-	}
-	h.sameAs(t, su, `SELECT id, b FROM lock_vvt`, `SELECT id, a * 2 FROM lock_vvsrc`)
+	h.victimConverges(t, su, "lock_vvsrc", "lock_vvt", 10000, "mallory holds her unverified transform")
 	mustExec(t, su, `TRANSFORM lock_vvt2 FROM lock_vvsrc SELECT a - 1 AS c`)
 	var status string
 	if err := su.QueryRow(ctx, `SELECT trellis.await_live('lock_vvt2', 10000)`).Scan(&status); err != nil {
@@ -433,38 +407,62 @@ func lockVerifyNeverWaits(t *testing.T, h *trellisHarness, hold string) {
 // Once she ends the transaction her transform is rebuilt or paused as
 // usual.
 func TestLockRewriteCheckNeverWaitsForTenantTransaction(t *testing.T) {
-	for _, hold := range []string{"TRUNCATE public.lock_rmsrc", "PAUSE TRANSFORM lock_rmt"} {
-		t.Run(strings.Fields(hold)[0], func(t *testing.T) {
-			eachWorkers(t, func(t *testing.T, h *trellisHarness) { lockRewriteCheckNeverWaits(t, h, hold) })
-		})
-	}
+	eachHold(t, []string{"TRUNCATE public.lock_rmsrc", "PAUSE TRANSFORM lock_rmt"}, lockRewriteCheckNeverWaits)
 }
 
 func lockRewriteCheckNeverWaits(t *testing.T, h *trellisHarness, hold string) {
 	ctx := context.Background()
-	m := execMallory(t, h)
-	mustExec(t, m, `CREATE TABLE public.lock_rmsrc (id int PRIMARY KEY, a int)`)
-	mustExec(t, m, `INSERT INTO public.lock_rmsrc SELECT g, g FROM generate_series(1, 20) g`)
-	mp := connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	_, mp, su := lockTenants(t, h, "lock_rmsrc", "lock_rvsrc", "lock_rvt")
 	mustExec(t, mp, `TRANSFORM lock_rmt FROM public.lock_rmsrc SELECT a + 1 AS b`)
-	su := h.owner(t)
-	mustExec(t, su, `CREATE TABLE lock_rvsrc (id int PRIMARY KEY, a int)`)
-	mustExec(t, su, `INSERT INTO lock_rvsrc SELECT g, g FROM generate_series(1, 20) g`)
-	mustExec(t, su, `TRANSFORM lock_rvt FROM lock_rvsrc SELECT a * 2 AS b`)
 	h.waitStatus(t, "lock_rmt", "live")
-	h.waitStatus(t, "lock_rvt", "live")
 	mustExec(t, mp, `VACUUM FULL public.lock_rmsrc`)
 	mustExec(t, mp, `BEGIN`)
 	mustExec(t, mp, hold)
 	defer mp.Exec(ctx, `ROLLBACK`)
 	time.Sleep(500 * time.Millisecond) // a few staging passes meet her open transaction
-	mustExec(t, su, `UPDATE lock_rvsrc SET a = a + 1`)
-	if _, err := su.Exec(ctx, `SELECT trellis.await_converged(trellis.watermark_token(), 10000)`); err != nil {
-		t.Fatalf("the victim's write while mallory holds %q after a rewrite: %v", hold, err)
-	}
-	h.sameAs(t, su, `SELECT id, b FROM lock_rvt`, `SELECT id, a * 2 FROM lock_rvsrc`)
+	h.victimConverges(t, su, "lock_rvsrc", "lock_rvt", 10000, "mallory holds "+hold+" open after a rewrite")
 	// She ends it: the rewrite check rebuilds her transform.
 	mustExec(t, mp, `ROLLBACK`)
 	h.waitStatus(t, "lock_rmt", "live")
 	h.sameAs(t, mp, `SELECT id, b FROM lock_rmt`, `SELECT id, a + 1 FROM public.lock_rmsrc`)
+}
+
+// lockTenants sets up two roles for a lock test: mallory (exec_mallory)
+// with her table public.<msrc>(id, a) of 20 rows, connected directly (m)
+// and through the proxy (mp), and the victim (the owner's role, su) with
+// <vsrc>(id, a) of 20 rows and its transform <vt> (a * 2 AS b) live.
+func lockTenants(t *testing.T, h *trellisHarness, msrc, vsrc, vt string) (m, mp, su *pgx.Conn) {
+	t.Helper()
+	m = execMallory(t, h)
+	mustExec(t, m, `CREATE TABLE public.`+msrc+` (id int PRIMARY KEY, a int)`)
+	mustExec(t, m, `INSERT INTO public.`+msrc+` SELECT g, g FROM generate_series(1, 20) g`)
+	mp = connectURL(t, h.url("exec_mallory", "", h.db, ""))
+	su = h.owner(t)
+	mustExec(t, su, `CREATE TABLE `+vsrc+` (id int PRIMARY KEY, a int)`)
+	mustExec(t, su, `INSERT INTO `+vsrc+` SELECT g, g FROM generate_series(1, 20) g`)
+	mustExec(t, su, `TRANSFORM `+vt+` FROM `+vsrc+` SELECT a * 2 AS b`)
+	h.waitStatus(t, vt, "live")
+	return m, mp, su
+}
+
+// victimConverges writes the victim's source and checks that the write
+// converges within timeoutMS and its target is exact, while what stays
+// as it is.
+func (h *trellisHarness) victimConverges(t *testing.T, su *pgx.Conn, vsrc, vt string, timeoutMS int, what string) {
+	t.Helper()
+	mustExec(t, su, `UPDATE `+vsrc+` SET a = a + 1`)
+	if _, err := su.Exec(context.Background(), `SELECT trellis.await_converged(trellis.watermark_token(), $1)`, timeoutMS); err != nil {
+		t.Fatalf("the victim's write while %s: %v", what, err)
+	}
+	h.sameAs(t, su, `SELECT id, b FROM `+vt, `SELECT id, a * 2 FROM `+vsrc)
+}
+
+// eachHold runs body for each statement mallory holds open, named by its
+// first word, with both workers' roles.
+func eachHold(t *testing.T, holds []string, body func(t *testing.T, h *trellisHarness, hold string)) {
+	for _, hold := range holds {
+		t.Run(strings.Fields(hold)[0], func(t *testing.T) {
+			eachWorkers(t, func(t *testing.T, h *trellisHarness) { body(t, h, hold) })
+		})
+	}
 }
