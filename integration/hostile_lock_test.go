@@ -466,3 +466,41 @@ func eachHold(t *testing.T, holds []string, body func(t *testing.T, h *trellisHa
 		})
 	}
 }
+
+// A tenant self-checks her own transform (she owns the transform, the
+// workers own its target), and a self-check started in a transaction she
+// keeps open holds her transform's row, not the staging worker: she
+// defines a transform and at once starts a self-check of it in an open
+// transaction, so the staging worker meets her row unverified and locked
+// at every pass: it is never seen blocked by her backend (each pass that
+// waited for her row would cost every role PageLockTimeout, 2 s), the
+// victim's writes converge, and her transform builds once she ends it.
+func TestLockSelfCheckStartNeverStallsStaging(t *testing.T) {
+	eachWorkers(t, func(t *testing.T, h *trellisHarness) {
+		ctx := context.Background()
+		_, mp, su := lockTenants(t, h, "lock_smsrc", "lock_svsrc", "lock_svt")
+		mustExec(t, mp, `TRANSFORM lock_smt FROM public.lock_smsrc SELECT a + 1 AS b`)
+		var her int32
+		if err := mp.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&her); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, mp, `BEGIN`)
+		mustExec(t, mp, `SELECT id FROM trellis.self_check('lock_smt', 0)`)
+		defer mp.Exec(ctx, `ROLLBACK`)
+		// Sampled for a second: the staging session is never blocked by her.
+		for range 40 {
+			var blocked int
+			if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name LIKE 'trellis-staging%' AND $1 = ANY (pg_blocking_pids(pid))`, her).Scan(&blocked); err != nil {
+				t.Fatal(err)
+			}
+			if blocked > 0 {
+				t.Fatal("the staging worker waits for mallory's open self-check start")
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		h.victimConverges(t, su, "lock_svsrc", "lock_svt", 10000, "mallory holds a self-check start open")
+		mustExec(t, mp, `ROLLBACK`)
+		h.waitStatus(t, "lock_smt", "live")
+	})
+}

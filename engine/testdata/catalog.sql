@@ -1203,12 +1203,13 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- §6.5, the privileged part: runs as the workers' role. The acting role must
--- be one the session could become and must own the target (as PAUSE).
+-- be one the session could become and must own the transform (as PAUSE).
 CREATE OR REPLACE FUNCTION "trellis"._release_key(acting regrole, transform text, src regclass, key text) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '30s' AS $fn$
 DECLARE
   def_id int8;
   target_oid oid;
+  owner oid;
   tname text;
   o pg_lsn;
 BEGIN
@@ -1216,7 +1217,7 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('permission denied to act as %s', acting),
       DETAIL = 'trellis: permission/MissingPrivilege';
   END IF;
-  SELECT d.id, d.target_oid INTO def_id, target_oid
+  SELECT d.id, d.target_oid, d.owner_role INTO def_id, target_oid, owner
   FROM "trellis"._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid
   WHERE coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') = _release_key.transform
   ORDER BY d.id LIMIT 1;
@@ -1224,7 +1225,9 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = '42704', MESSAGE = format('transform %s does not exist', _release_key.transform),
       DETAIL = 'trellis: not_found/TransformNotFound';
   END IF;
-  IF NOT coalesce(pg_has_role(acting, (SELECT c.relowner FROM pg_class c WHERE c.oid = target_oid), 'USAGE'), false) THEN
+  -- The transform's owner (as PAUSE), not the target's: the workers' role
+  -- owns every target (D20).
+  IF NOT coalesce(pg_has_role(acting, owner, 'USAGE'), false) THEN
     RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('must be owner of transform %s', _release_key.transform),
       DETAIL = 'trellis: permission/NotOwner';
   END IF;
@@ -1250,12 +1253,13 @@ $fn$;
 
 -- §9.1, the privileged part: runs as the workers' role. The acting role
 -- must be one the session could become, must be able to SELECT the target
--- and must own it (as release_key).
+-- and must own the transform (as release_key).
 CREATE OR REPLACE FUNCTION "trellis"._self_check_start(acting regrole, target text, timeout_ms int8, mode text) RETURNS int8
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   def_id int8;
   t_oid oid;
+  owner oid;
   job int8;
 BEGIN
   IF acting IS NULL OR NOT pg_has_role(session_user, acting, 'MEMBER') THEN
@@ -1270,12 +1274,11 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('timeout_ms must be zero or more, not %s', coalesce(timeout_ms::text, 'NULL')),
       DETAIL = 'trellis: validation/BadArgument';
   END IF;
-  SELECT d.id, d.target_oid INTO def_id, t_oid
+  SELECT d.id, d.target_oid, d.owner_role INTO def_id, t_oid, owner
   FROM "trellis"._definitions d LEFT JOIN pg_class c ON c.oid = d.target_oid
   WHERE coalesce(c.relname::text, d.compiled #>> '{spec,target,name}') = _self_check_start.target
      OR d.target_table = _self_check_start.target
-  ORDER BY d.id LIMIT 1
-  FOR UPDATE OF d;
+  ORDER BY d.id LIMIT 1;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = '42704', MESSAGE = format('transform %s does not exist', _self_check_start.target),
       DETAIL = 'trellis: not_found/TransformNotFound';
@@ -1285,10 +1288,18 @@ BEGIN
       DETAIL = 'trellis: permission/MissingPrivilege',
       HINT = format('GRANT SELECT ON %s TO %s;', _self_check_start.target, acting);
   END IF;
-  IF NOT coalesce(pg_has_role(acting, (SELECT c.relowner FROM pg_class c WHERE c.oid = t_oid), 'USAGE'), false) THEN
+  -- The transform's owner (as PAUSE), not the target's: the workers' role
+  -- owns every target (D20).
+  IF NOT coalesce(pg_has_role(acting, owner, 'USAGE'), false) THEN
     RAISE EXCEPTION USING ERRCODE = '42501', MESSAGE = format('must be owner of transform %s', _self_check_start.target),
       DETAIL = 'trellis: permission/NotOwner';
   END IF;
+  -- One job per target, serialized on the definition row, behind its fence
+  -- as every lifecycle function (fence.go): the staging worker's steps on
+  -- this row then skip it at once while the caller's transaction stays
+  -- open, instead of waiting for it at every pass (D21).
+  PERFORM "trellis"._fence_definition(def_id);
+  PERFORM 1 FROM "trellis"._definitions d WHERE d.id = def_id FOR UPDATE;
   -- One open job per target: an open one is returned whatever was passed.
   SELECT j.id INTO job FROM "trellis"._self_checks j WHERE j.definition_id = def_id AND j.state IN ('queued', 'running');
   IF FOUND THEN
