@@ -156,15 +156,54 @@ func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) erro
 	return err
 }
 
+// keyRetirer retires materialised keys while this process runs the
+// staging worker, on a connection of its own, whenever retirement pokes it
+// (a batch drained) and every StagingInterval while keys are left: deleting
+// a drained bulk batch's millions of keys on the staging connection held
+// every seal behind it (a side writer's p99 ~1 s after a 1,000,000-key
+// drain). One retirer per staging worker, so one per database.
+func (e *Engine) keyRetirer(ctx context.Context) {
+	tick := time.NewTicker(e.cfg.StagingInterval)
+	defer tick.Stop()
+	left := true
+	for ctx.Err() == nil {
+		if left && !e.plant.keepLog {
+			done, err := e.retireKeysOnce(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				e.log.Debug("retiring materialised keys failed; retried", "err", err)
+			case err == nil:
+				left = !done
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-e.wakeKeys:
+			left = true
+		case <-tick.C:
+		}
+	}
+}
+
+// retireKeysOnce retires up to a few chunks of materialised keys on a pool
+// connection.
+func (e *Engine) retireKeysOnce(ctx context.Context) (done bool, err error) {
+	conn, err := e.workers.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	return e.retireBatchKeys(ctx, conn.Conn(), 4)
+}
+
 // retireBatchKeys deletes up to chunks×RetireChunk materialised keys of
 // drained batches (found through their keyed buckets), and any keys of
-// batches already retired; done when none are left. It runs on the staging
-// connection between seals, so every read is an index range of a batch it
-// retires: a scan of _batch_keys (a LIMIT over a predicate the planner
-// cannot estimate, such as batch_seq < a subquery) walked the millions of
-// keys of a bulk batch still draining on every pass, and the seal waited
-// that long (the side writer's p50 grew with the bulk batch: 1 s beside
-// 10,000,000 keys).
+// batches already retired; done when none are left. Every read is an
+// index range of a batch it retires: a scan of _batch_keys (a LIMIT over a
+// predicate the planner cannot estimate, such as batch_seq < a subquery)
+// walked the millions of keys of a bulk batch still draining on every pass
+// (when this ran on the staging connection, the seal waited that long: the
+// side writer's p50 grew with the bulk batch, 1 s beside 10,000,000 keys).
 func (e *Engine) retireBatchKeys(ctx context.Context, conn *pgx.Conn, chunks int) (done bool, err error) {
 	for {
 		var seqs []int64

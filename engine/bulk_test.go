@@ -74,6 +74,13 @@ func TestBulkBucketsDrainExact(t *testing.T) {
 	if n := count(t, pool, "SELECT * FROM bulk_t"); n != 7001 {
 		t.Fatalf("bulk_t has %d rows, want 7001", n)
 	}
+	// Every materialised key retires once its batch drained (keyRetirer,
+	// on its own connection).
+	for deadline := time.Now().Add(30 * time.Second); count(t, pool, "SELECT 1 FROM trellis._batch_keys") > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d materialised keys left 30 s after every batch drained", count(t, pool, "SELECT 1 FROM trellis._batch_keys"))
+		}
+	}
 }
 
 // The materialised path is the one taken: with the plant that loses one

@@ -135,6 +135,7 @@ type Engine struct {
 	wakeStaging chan struct{} // a full staging pass
 	wakePass    chan struct{} // a pass the fingerprint may shorten (a batch drained)
 	wakeSeal    chan struct{} // seal now (a waiter, a drained batch)
+	wakeKeys    chan struct{} // retire materialised keys (bulk.go keyRetirer)
 	wakeDrain   chan struct{}
 	stagingHeld atomic.Bool // this process runs the staging worker
 	drainedMu   sync.Mutex
@@ -185,7 +186,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{
 		cfg: cfg, pool: pool, log: cfg.Logger,
 		wakeStaging: make(chan struct{}, 1), wakeDrain: make(chan struct{}, 1),
-		wakePass: make(chan struct{}, 1), wakeSeal: make(chan struct{}, 1),
+		wakePass: make(chan struct{}, 1), wakeSeal: make(chan struct{}, 1), wakeKeys: make(chan struct{}, 1),
 		drained: make(chan struct{}), cache: map[int64]*compiledDef{},
 	}
 	pc := pool.Config().Copy()

@@ -120,6 +120,10 @@ func (e *Engine) stagingSession(ctx context.Context) error {
 func (e *Engine) stage(ctx context.Context, conn *pgx.Conn) error {
 	e.stagingHeld.Store(true)
 	defer e.stagingHeld.Store(false)
+	kctx, stopKeys := context.WithCancel(ctx)
+	keysDone := make(chan struct{})
+	go func() { defer close(keysDone); e.keyRetirer(kctx) }()
+	defer func() { stopKeys(); <-keysDone }()
 	pace := sealPacer{base: e.cfg.SealInterval, idle: e.cfg.SealIdleInterval}
 	sealT := time.NewTimer(pace.base)
 	defer sealT.Stop()
@@ -635,11 +639,9 @@ func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err err
 	if e.plant.keepLog {
 		return true, nil
 	}
-	// Two chunks a pass: the seal waits while retirement runs.
-	keysDone, err := e.retireBatchKeys(ctx, conn, 2)
-	if err != nil {
-		return false, err
-	}
+	// Materialised keys retire on their own connection (keyRetirer): the
+	// seal must not wait for millions of deletes after a bulk batch.
+	poke(e.wakeKeys)
 	for i := 0; i < 20; i++ {
 		tag, err := conn.Exec(ctx, fmt.Sprintf(`
 WITH d AS (%[4]s)
@@ -658,5 +660,5 @@ DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
 	// A batch row is kept while a later batch is undrained: its snapshot
 	// is that batch's window's lower edge.
 	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE state = 'drained' AND seq < %s()`, e.tbl("_batches"), e.tbl("_drained_prefix")))
-	return done && keysDone && err == nil, err
+	return done && err == nil, err
 }

@@ -53,6 +53,9 @@ type bulkCellResult struct {
 	InsertSec float64
 	Side      *latencySummary
 	SideRate  float64
+	// After: the side writer's commits after convergence, while the bulk
+	// batch's materialised keys retire (TRELLIS_BENCH_BULK_AFTER_S > 0).
+	After     *latencySummary
 	OracleErr error
 }
 
@@ -140,6 +143,11 @@ func runBulkDrain(ctx context.Context, b *bench) error {
 					line["side_commits_per_sec"] = r.SideRate
 					sideText, sideRate = fmtNum(r.Side.P50, 0)+"/"+fmtNum(r.Side.P99, 0), fmtNum(r.SideRate, 0)
 					lastSide = r.Side
+					if r.After != nil {
+						line["side_after_p50_ms"], line["side_after_p99_ms"], line["side_after_max_ms"] = r.After.P50, r.After.P99, r.After.Max
+						fmt.Fprintf(os.Stderr, "bulk-drain %s %d: side writer after convergence (retirement) p50/p99/max %s/%s/%s ms\n",
+							shape.Name, n, fmtNum(r.After.P50, 0), fmtNum(r.After.P99, 0), fmtNum(r.After.Max, 0))
+					}
 				} else {
 					rates = append(rates, r.keysPerSec())
 				}
@@ -227,12 +235,24 @@ func bulkCell(ctx context.Context, l *engineLab, shape bulkShape, n int, side bo
 	waitErr := e.AwaitConverged(ctx, tok, timeout)
 	r.Seconds = time.Since(committed).Seconds()
 	r.Converged = waitErr == nil
+	after := time.Duration(envInt("TRELLIS_BENCH_BULK_AFTER_S", 0)) * time.Second
+	if side && waitErr == nil {
+		pause(ctx, after)
+	}
 	close(stop)
 	if side {
 		if err := <-sideDone; err != nil {
 			return r, fmt.Errorf("side writer: %w", err)
 		}
-		s := summarizeLatencies(paced.LatBy["side_t"])
+		lat := paced.LatBy["side_t"]
+		// The writer commits at 100/s from the bulk commit on: the rows
+		// past the drain's length in hundredths committed after it.
+		cut := min(len(lat), int(r.Seconds*100))
+		if after > 0 && waitErr == nil {
+			a := summarizeLatencies(lat[cut:])
+			r.After, lat = &a, lat[:cut]
+		}
+		s := summarizeLatencies(lat)
 		r.Side, r.SideRate = &s, paced.Offered
 	}
 	if waitErr != nil {
