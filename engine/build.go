@@ -105,7 +105,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 	// chunk stops after about its budget, records its cursor and leaves the
 	// rest to the next step.
 	stepEnd := time.Now().Add(e.cfg.BuildStepBudget)
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.PageLockTimeout); err != nil {
 		return err
 	}
 	// The row lock against pause/drop/alter, like a page (after the fence).

@@ -41,7 +41,7 @@ func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, cla
 	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_heap"); err != nil {
 		return false, err
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, drop); err != nil {

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // bulkSpecs are a 1-1 and a SUM/COUNT target over bulk_src(id, g, v).
@@ -219,18 +221,17 @@ func TestLaterPageSkipsBulkLogRow(t *testing.T) {
 	if n := count(t, pool, fmt.Sprintf(`SELECT 1 FROM trellis._change_log WHERE cardinality(keys) >= 20000`)); n != 1 {
 		t.Fatalf("%d bulk log rows in the log, want 1 (nothing may drain yet)", n)
 	}
-	var plan []byte
-	if err := pool.QueryRow(t.Context(), `EXPLAIN (ANALYZE, FORMAT JSON) `+e.logPageKeysSQL(),
-		later, 1, 0, "", "", cfg.PageSize).Scan(&plan); err != nil {
-		t.Fatal(err)
-	}
-	var doc []struct{ Plan map[string]any }
-	if err := json.Unmarshal(plan, &doc); err != nil || len(doc) != 1 {
-		t.Fatalf("plan %s: %v", plan, err)
-	}
-	unnested := unnestRows(doc[0].Plan)
+	plan, raw := explainAnalyze(t, pool, e.logPageKeysSQL(), later, 1, 0, "", "", cfg.PageSize)
+	var unnested float64
+	walkPlan(plan, func(p map[string]any) {
+		if p["Node Type"] == "Function Scan" && p["Function Name"] == "unnest" {
+			rows, _ := p["Actual Rows"].(float64)
+			loops, _ := p["Actual Loops"].(float64)
+			unnested += rows * loops
+		}
+	})
 	if unnested > 10 {
-		t.Fatalf("batch %d's page unnested %v keys with batch %d's 20,000-key row in the log, want its own few:\n%s", later, unnested, bulk, plan)
+		t.Fatalf("batch %d's page unnested %v keys with batch %d's 20,000-key row in the log, want its own few:\n%s", later, unnested, bulk, raw)
 	}
 	released = true
 	close(release)
@@ -239,22 +240,35 @@ func TestLaterPageSkipsBulkLogRow(t *testing.T) {
 	assertSame(t, pool, `SELECT id, w FROM side_t`, `SELECT id, v FROM side_src`)
 }
 
-// unnestRows sums the rows every unnest function scan of an EXPLAIN
-// ANALYZE JSON plan produced.
-func unnestRows(p map[string]any) float64 {
-	var n float64
-	if p["Node Type"] == "Function Scan" && p["Function Name"] == "unnest" {
-		rows, _ := p["Actual Rows"].(float64)
-		loops, _ := p["Actual Loops"].(float64)
-		n += rows * loops
+// explainAnalyze runs sql under EXPLAIN (ANALYZE, BUFFERS) in a
+// transaction it rolls back and returns the top plan node and the raw plan.
+func explainAnalyze(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) (map[string]any, []byte) {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer tx.Rollback(t.Context())
+	var raw []byte
+	if err := tx.QueryRow(t.Context(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	var doc []struct{ Plan map[string]any }
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("plan %s: %v", raw, err)
+	}
+	return doc[0].Plan, raw
+}
+
+// walkPlan calls fn on a plan node and every node under it.
+func walkPlan(p map[string]any, fn func(map[string]any)) {
+	fn(p)
 	subs, _ := p["Plans"].([]any)
 	for _, s := range subs {
 		if m, ok := s.(map[string]any); ok {
-			n += unnestRows(m)
+			walkPlan(m, fn)
 		}
 	}
-	return n
 }
 
 // Retirement reads only the keys it deletes. With 50,000 materialised keys
@@ -288,38 +302,18 @@ func TestRetiringBatchKeysSkipsDrainingBatch(t *testing.T) {
 	retired := scalar[int64](t, pool, `SELECT min(seq) - 1 FROM trellis._batches`) // its batch row retired
 	exec(t, pool, fake, retired, 30)
 	pages := scalar[int64](t, pool, `SELECT pg_relation_size('trellis._batch_keys') / current_setting('block_size')::int8`)
-	// plan runs sql under EXPLAIN ANALYZE (rolled back) and returns the
-	// buffers it touched and whether it scanned _batch_keys whole.
+	// plan returns the buffers sql touched and whether it scanned
+	// _batch_keys whole.
 	plan := func(sql string, args ...any) (buffers float64, seqScan bool) {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		var raw []byte
-		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, args...).Scan(&raw); err != nil {
-			t.Fatal(err)
-		}
-		var doc []struct{ Plan map[string]any }
-		if err := json.Unmarshal(raw, &doc); err != nil || len(doc) != 1 {
-			t.Fatalf("plan %s: %v", raw, err)
-		}
-		hit, _ := doc[0].Plan["Shared Hit Blocks"].(float64)
-		read, _ := doc[0].Plan["Shared Read Blocks"].(float64)
-		var walk func(p map[string]any)
-		walk = func(p map[string]any) {
+		top, _ := explainAnalyze(t, pool, sql, args...)
+		hit, _ := top["Shared Hit Blocks"].(float64)
+		read, _ := top["Shared Read Blocks"].(float64)
+		walkPlan(top, func(p map[string]any) {
 			if p["Node Type"] == "Seq Scan" && p["Relation Name"] == "_batch_keys" {
 				seqScan = true
 			}
-			subs, _ := p["Plans"].([]any)
-			for _, s := range subs {
-				if m, ok := s.(map[string]any); ok {
-					walk(m)
-				}
-			}
-		}
-		walk(doc[0].Plan)
+		})
 		return hit + read, seqScan
 	}
 	if b, seq := plan(e.retiringKeyBatchesSQL()); b > 50 || seq {

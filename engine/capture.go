@@ -44,7 +44,7 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 		return false, err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 		return false, err
 	}
 	var exists bool
@@ -140,7 +140,7 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 		return err
 	}
 	// Still unread, seen under the row lock (a Define may be racing us).

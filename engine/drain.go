@@ -208,7 +208,7 @@ func (e *Engine) batchWindow(keyed bool) string {
 }
 
 func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool, waited *time.Duration) error {
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.PageLockTimeout); err != nil {
 		return err
 	}
 	// Truncates first, in the bucket's first page (a truncate batch has one bucket).

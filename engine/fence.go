@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -60,7 +59,7 @@ func (e *Engine) fenceSchema() string { return e.cfg.Schema + "_fence" }
 // client transaction holds it, so the step is left for a later pass
 // (staging never waits for another role's transaction).
 func (e *Engine) stagingFence(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.PageLockTimeout); err != nil {
 		return false, err
 	}
 	var got bool

@@ -16,7 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
@@ -134,20 +133,20 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 // after the define) is waited for no longer than an install waits, and
 // bound at a later pass: the staging worker never waits for another role's
 // transaction (D21).
-func (e *Engine) bindReads(ctx context.Context, conn *pgx.Conn) (bound bool, err error) {
+func (e *Engine) bindReads(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 		return false, err
 	}
 	tag, err := tx.Exec(ctx, fmt.Sprintf(bindSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), applyingStatuses))
 	if err == nil {
 		err = tx.Commit(ctx)
 	}
-	if err != nil && base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil {
+	if leftForLater(ctx, conn, err) {
 		return true, nil // not steady: bound at a later pass
 	}
 	return err == nil && tag.RowsAffected() > 0, err
@@ -252,7 +251,7 @@ func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool,
 		// row): the staging worker, and every role's seals with it, waits
 		// for her no longer than an install does, and the table is checked
 		// again at a later pass (D21).
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+		if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 			tx.Rollback(ctx)
 			return false, err
 		}
@@ -278,7 +277,7 @@ func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool,
 			err = tx.Commit(ctx)
 		}
 		tx.Rollback(ctx)
-		if err != nil && base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil {
+		if leftForLater(ctx, conn, err) {
 			e.log.Debug("rewrite check left for a later pass: a reader is held by a client transaction", "table", t, "err", err)
 			continue
 		}

@@ -70,7 +70,7 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 		err = e.applyShareIn(ctx, tx, d, ks, meta, probe, truncate)
 	}
 	if err == nil && d.failing {
-		_, err = tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.PageLockTimeout.Milliseconds()))
+		err = setLockTimeout(ctx, tx, e.cfg.PageLockTimeout)
 	}
 	if err == nil {
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT trellis_share"); err != nil {

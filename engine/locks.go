@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -49,4 +51,17 @@ func (e *Engine) lockInstanceTable(ctx context.Context, tx pgx.Tx) (bool, error)
 	}
 	_, err := tx.Exec(ctx, "LOCK TABLE "+e.tbl("_instance")+" IN SHARE UPDATE EXCLUSIVE MODE")
 	return err == nil, err
+}
+
+// setLockTimeout bounds the lock waits of the rest of tx.
+func setLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", d.Milliseconds()))
+	return err
+}
+
+// leftForLater reports whether a staging step's failure is a lock wait
+// cut short (or another transient error) on a healthy session: the step
+// is left for a later pass rather than waited for (D21).
+func leftForLater(ctx context.Context, conn *pgx.Conn, err error) bool {
+	return err != nil && base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil
 }

@@ -72,7 +72,7 @@ func (e *Engine) dropTrash(ctx context.Context, conn *pgx.Conn, schema string) e
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 		return err
 	}
 	rows, err := tx.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -177,7 +177,7 @@ func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw
 	// The install timeout, not the page's: a tenant holding a lock on her
 	// source must not hold the staging connection (every role's seals)
 	// for seconds at each pass; the row is verified at a later one.
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", e.cfg.InstallLockTimeout.Milliseconds())); err != nil {
+	if err := setLockTimeout(ctx, tx, e.cfg.InstallLockTimeout); err != nil {
 		return "", err
 	}
 	c, err := e.recompile(ctx, tx, stmt, srcOID)
@@ -221,17 +221,17 @@ func (e *Engine) updateDefinition(ctx context.Context, conn *pgx.Conn, id int64,
 	}
 	defer tx.Rollback(context.Background())
 	got, err := e.stagingFence(ctx, tx, id)
-	if err == nil && got {
-		_, err = tx.Exec(ctx, update, append([]any{id}, args...)...)
-	}
-	if err != nil {
-		if base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil {
-			return true, nil // a lock wait cut short: next pass
-		}
-		return false, err
-	}
-	if !got {
+	if err == nil && !got {
 		return true, nil
 	}
-	return false, tx.Commit(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, update, append([]any{id}, args...)...)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if leftForLater(ctx, conn, err) {
+		return true, nil
+	}
+	return false, err
 }

@@ -182,6 +182,9 @@ func runBulkDrain(ctx context.Context, b *bench) error {
 }
 
 // bulkCell runs one batch of n keys through shape's target.
+// bulkSideRate is the side writer's commits per second.
+const bulkSideRate = 100
+
 func bulkCell(ctx context.Context, l *engineLab, shape bulkShape, n int, side bool, timeout time.Duration) (bulkCellResult, error) {
 	r := bulkCellResult{Rows: n}
 	pool, _, drop, err := l.newDB(ctx, 12)
@@ -227,7 +230,7 @@ func bulkCell(ctx context.Context, l *engineLab, shape bulkShape, n int, side bo
 	if side {
 		go func() {
 			var err error
-			paced, err = runPaced(ctx, pool, pacedLoad{Rate: 100, Window: timeout, Stop: stop,
+			paced, err = runPaced(ctx, pool, pacedLoad{Rate: bulkSideRate, Window: timeout, Stop: stop,
 				Insert: `INSERT INTO side_src VALUES ($1::bigint, $1::bigint)`, Watch: []string{"side_t"}})
 			sideDone <- err
 		}()
@@ -245,9 +248,9 @@ func bulkCell(ctx context.Context, l *engineLab, shape bulkShape, n int, side bo
 			return r, fmt.Errorf("side writer: %w", err)
 		}
 		lat := paced.LatBy["side_t"]
-		// The writer commits at 100/s from the bulk commit on: the rows
-		// past the drain's length in hundredths committed after it.
-		cut := min(len(lat), int(r.Seconds*100))
+		// The writer commits at a fixed rate from the bulk commit on: the
+		// rows past the drain's length at that rate committed after it.
+		cut := min(len(lat), int(r.Seconds*bulkSideRate))
 		if after > 0 && waitErr == nil {
 			a := summarizeLatencies(lat[cut:])
 			r.After, lat = &a, lat[:cut]
