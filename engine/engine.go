@@ -10,25 +10,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
-	"github.com/trellis-proxy/trellis-proxy/grammar"
+	"github.com/trellis-proxy/trellis-proxy/engine/ddl"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
 // Querier runs SQL. Define and Drop take one so they run inside the caller's
-// transaction: pgx.Tx, *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn satisfy it,
-// as will the proxy's handle on a client's upstream connection.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// transaction (base.Querier).
+type Querier = base.Querier
 
 // StagingMode says whether this process stands for the staging singleton.
 type StagingMode string
@@ -152,7 +145,8 @@ type Engine struct {
 	// ask for a self-check job again (none was open for it; selfcheck.go).
 	selfCheckIdle sync.Map
 
-	plant plants // test-only faults; zero in production
+	ddl   *ddl.Executor // Trellis statements (engine/ddl)
+	plant plants        // test-only faults; zero in production
 }
 
 // plants are deliberate bugs the differential test arms to prove it can fail.
@@ -189,6 +183,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		wakePass: make(chan struct{}, 1), wakeSeal: make(chan struct{}, 1), wakeKeys: make(chan struct{}, 1),
 		drained: make(chan struct{}), cache: map[int64]*compiledDef{},
 	}
+	e.ddl = ddl.New(ddl.Config{Schema: cfg.Schema, TargetSchema: cfg.TargetSchema}, e.workerRole)
 	pc := pool.Config().Copy()
 	rp := pc.ConnConfig.RuntimeParams
 	// Key renderings must match the capture functions' pinned settings (H9, H12).
@@ -386,35 +381,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// ApplyText parses one Trellis statement (TRANSFORM, PAUSE, RESUME, DROP,
-// ALTER TRANSFORM ...) and runs it with Apply on q. A pool or connection gets
-// a transaction of its own; a pgx.Tx gets a savepoint, so the statement takes
-// effect with the caller's COMMIT (D6).
-func (e *Engine) ApplyText(ctx context.Context, q Querier, text string, opts ApplyOptions) (a *Applied, err error) {
-	st, err := grammar.Parse(text)
-	if err != nil {
-		return nil, err
-	}
-	q, done, err := atomically(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = done(err) }()
-	return e.Apply(ctx, q, st, opts)
-}
-
-// Pause is PAUSE TRANSFORM target (grammar §4.3), by bare target name.
-func (e *Engine) Pause(ctx context.Context, q Querier, target TableName) error {
-	_, err := e.ApplyText(ctx, q, "PAUSE TRANSFORM "+base.Ident(target.Name), ApplyOptions{})
-	return err
-}
-
-// Resume is RESUME TRANSFORM target (grammar §4.4), by bare target name.
-func (e *Engine) Resume(ctx context.Context, q Querier, target TableName) error {
-	_, err := e.ApplyText(ctx, q, "RESUME TRANSFORM "+base.Ident(target.Name), ApplyOptions{})
-	return err
 }
 
 // workerRole is the workers' role as Run read it from the instance marker

@@ -204,7 +204,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 
 // goldenShape writes a table shape (_create_table's input) as a column
 // list a reviewer reads like CREATE TABLE.
-func goldenShape(sh *tableShape) string {
+func goldenShape(sh *model.TableShape) string {
 	var b strings.Builder
 	for _, c := range sh.Cols {
 		fmt.Fprintf(&b, "%s %s", base.Ident(c.Name), c.Type)

@@ -23,8 +23,11 @@ const module = "github.com/trellis-proxy/trellis-proxy"
 // import anything.
 //
 // The engine's packages form layers: base (quoting, lock keys, error
-// classes) under catalog (the embedded schema), under the root engine
-// package, which holds the orchestration and is the only way in from outside.
+// classes, Querier) at the bottom; model (the definition model) and catalog
+// (the embedded schema) on it; sqlgen (generated statements) on model; ddl
+// (the Trellis statements, run as the caller) on model and sqlgen; and the
+// root engine package, the workers and the only way in from outside, on
+// all of them. ddl never imports the workers: a statement starts nothing.
 var allowed = map[string][]string{
 	"pgerr":              {},
 	"sqlscan":            {},
@@ -35,6 +38,7 @@ var allowed = map[string][]string{
 	"engine/catalog":     {"engine/base"},
 	"engine/model":       {"engine/base", "pgerr"},
 	"engine/sqlgen":      {"engine/base", "engine/model"},
+	"engine/ddl":         {"engine/base", "engine/model", "engine/sqlgen", "grammar", "pgerr"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},

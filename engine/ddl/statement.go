@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 // Trellis statements as the router hands them over: a parsed grammar
 // statement, run on the caller's Querier inside the caller's transaction
@@ -67,7 +67,7 @@ type ApplyOptions struct {
 // function or operator planted in a schema on the client's path is never
 // what a catalog query or a formula probe calls, and a formula resolves at
 // define exactly as the workers will resolve it.
-func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
+func (e *Executor) Apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
 	if s, ok := st.(*grammar.TransformStmt); ok {
 		// Every table the statement names resolves through the client's
 		// search_path, before the path is pinned below.
@@ -96,7 +96,7 @@ func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opt
 	return a, nil
 }
 
-func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
+func (e *Executor) apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
 	switch s := st.(type) {
 	case *grammar.TransformStmt:
 		return e.applyTransform(ctx, q, s, opts)
@@ -114,7 +114,7 @@ func (e *Engine) apply(ctx context.Context, q Querier, st grammar.Statement, opt
 	}
 }
 
-func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.TransformStmt, opts ApplyOptions) (*Applied, error) {
+func (e *Executor) applyTransform(ctx context.Context, q Querier, st *grammar.TransformStmt, opts ApplyOptions) (*Applied, error) {
 	src, err := e.resolveFrom(ctx, q, st)
 	if err != nil {
 		return nil, err
@@ -162,7 +162,7 @@ func (e *Engine) applyTransform(ctx context.Context, q Querier, st *grammar.Tran
 // compileSpec resolves a TRANSFORM against its source, renders its spec and
 // checks its formulas: what TRANSFORM and the workers' verification of a
 // stored statement (verify.go) both compile.
-func (e *Engine) compileSpec(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource) (*Spec, error) {
+func (e *Executor) compileSpec(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource) (*model.Spec, error) {
 	res, err := grammar.Resolve(st, &src.Source)
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func (e *Engine) compileSpec(ctx context.Context, q Querier, st *grammar.Transfo
 	return spec, nil
 }
 
-func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.DropTransformStmt) (*Applied, error) {
+func (e *Executor) applyDropTransform(ctx context.Context, q Querier, st *grammar.DropTransformStmt) (*Applied, error) {
 	target, owner, found, err := e.findTransform(ctx, q, st.Target.Name)
 	if err != nil {
 		return nil, err
@@ -226,8 +226,8 @@ func (e *Engine) applyDropTransform(ctx context.Context, q Querier, st *grammar.
 
 // findTransform finds a transform by its bare target name (unique across the
 // instance, grammar spec §7.3).
-func (e *Engine) findTransform(ctx context.Context, q Querier, bare string) (TableName, string, bool, error) {
-	var t TableName
+func (e *Executor) findTransform(ctx context.Context, q Querier, bare string) (model.TableName, string, bool, error) {
+	var t model.TableName
 	var owner string
 	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT schema_name, table_name, owner_name FROM %s._find_transform($1)`,
 		base.Ident(e.cfg.Schema)), bare).Scan(&t.Schema, &t.Name, &owner)
@@ -239,7 +239,7 @@ func (e *Engine) findTransform(ctx context.Context, q Querier, bare string) (Tab
 
 // checkOwner enforces D9: lifecycle statements need membership in the
 // target's owning role, like ALTER TABLE.
-func checkOwner(ctx context.Context, q Querier, owner string, target TableName, pos int) error {
+func checkOwner(ctx context.Context, q Querier, owner string, target model.TableName, pos int) error {
 	var member bool
 	if err := q.QueryRow(ctx, "SELECT pg_has_role(current_user, $1::name, 'USAGE')", owner).Scan(&member); err != nil {
 		return err
@@ -262,7 +262,7 @@ type resolvedSource struct {
 
 // resolveSource resolves the FROM table through the caller's search_path
 // (or its schema) and reads its columns and key.
-func (e *Engine) resolveSource(ctx context.Context, q Querier, name grammar.QualifiedName) (*resolvedSource, error) {
+func (e *Executor) resolveSource(ctx context.Context, q Querier, name grammar.QualifiedName) (*resolvedSource, error) {
 	ref := pgx.Identifier{name.Name}.Sanitize()
 	if name.Schema != "" {
 		ref = pgx.Identifier{name.Schema, name.Name}.Sanitize()
@@ -285,7 +285,7 @@ func (e *Engine) resolveSource(ctx context.Context, q Querier, name grammar.Qual
 
 // sourceByOID reads the columns and key of the source table oid into src,
 // whose Schema and Table name it.
-func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *resolvedSource) (*resolvedSource, error) {
+func (e *Executor) sourceByOID(ctx context.Context, q Querier, oid uint32, src *resolvedSource) (*resolvedSource, error) {
 	rows, err := q.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
 			COALESCE(a.attnum = ANY (i.indkey::int2[]), false)
 		FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
@@ -325,10 +325,10 @@ func (e *Engine) sourceByOID(ctx context.Context, q Querier, oid uint32, src *re
 
 // specHeader is a spec's tables and canonical statement text, with the
 // source and target schemas filled in.
-func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema string) *Spec {
-	spec := &Spec{
-		Target: TableName{Schema: st.Target.Schema, Name: st.Target.Name},
-		Source: TableName{Schema: src.Schema, Name: src.Table},
+func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema string) *model.Spec {
+	spec := &model.Spec{
+		Target: model.TableName{Schema: st.Target.Schema, Name: st.Target.Name},
+		Source: model.TableName{Schema: src.Schema, Name: src.Table},
 	}
 	if spec.Target.Schema == "" {
 		spec.Target.Schema = targetSchema
@@ -343,14 +343,14 @@ func specHeader(st *grammar.TransformStmt, src *resolvedSource, targetSchema str
 // buildSpec turns a resolved statement into the engine's compiled form,
 // inlining field-to-field references and rendering every formula from its
 // syntax tree (never from the user's text).
-func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*Spec, *formulaTrees, error) {
+func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Resolution, targetSchema string) (*model.Spec, *formulaTrees, error) {
 	spec := specHeader(st, src, targetSchema)
 	spec.Joins = joinSpecs(st, src, res)
 	keyExpr := map[string]string{}
 	keyReads := map[string]reads{}
 	for _, k := range res.Keys {
 		col := k.Key.Column()
-		g := GroupKey{Name: k.Column, Expr: model.JoinColumn(k.Item, col)}
+		g := model.GroupKey{Name: k.Column, Expr: model.JoinColumn(k.Item, col)}
 		if k.Item == 0 {
 			g.Reads = []string{col}
 		} else {
@@ -380,7 +380,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 			switch r.Kind {
 			case grammar.RefSource:
 				rd.cols = append(rd.cols, r.Column)
-				return SourceColumn(r.Column), nil
+				return model.SourceColumn(r.Column), nil
 			case grammar.RefJoined:
 				rd.joined = append(rd.joined, model.JoinRead{Item: r.Item, Column: r.Column})
 				return model.JoinColumn(r.Item, r.Column), nil
@@ -409,11 +409,11 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 		}
 		return formulaNode{}, false
 	}
-	fields := make([]Field, len(res.Fields))
+	fields := make([]model.Field, len(res.Fields))
 	keep := make([]bool, len(res.Fields))
 	for _, i := range res.Order {
 		rf := &res.Fields[i]
-		f := Field{Name: rf.Name}
+		f := model.Field{Name: rf.Name}
 		switch {
 		case !st.IsAggregate():
 			sql, rd, err := render(rf, rf.Expr)
@@ -434,7 +434,7 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 					grammar.QuoteIdentIfNeeded(rf.Name)).WithClass("unsupported", "NotYetSupported").WithPosition(int(rf.Expr.Position()))
 			}
 			f.Agg = aggKind(call)
-			if f.Agg != AggCountStar {
+			if f.Agg != model.AggCountStar {
 				if len(call.Args) != 1 {
 					return nil, nil, pgerr.Newf(pgerr.FeatureNotSupported, "field %s: aggregates take exactly one argument", grammar.QuoteIdentIfNeeded(rf.Name)).
 						WithClass("validation", "UnsupportedAggregateArguments").WithPosition(int(call.Pos))
@@ -461,12 +461,12 @@ func buildSpec(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 	return spec, trees, nil
 }
 
-func aggKind(f *grammar.FuncCall) AggKind {
+func aggKind(f *grammar.FuncCall) model.AggKind {
 	switch name := grammar.AggregateName(f); {
 	case name == "count" && f.Star:
-		return AggCountStar
+		return model.AggCountStar
 	default:
-		return AggKind(name)
+		return model.AggKind(name)
 	}
 }
 
@@ -492,7 +492,7 @@ func dedupe(in []string) []string {
 //     type a probe view depends on was created by a user;
 //   - every formula must be immutable, by Postgres's own rule for generated
 //     columns (which also looks through casts that go via text I/O).
-func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *Spec, trees *formulaTrees) error {
+func (e *Executor) checkFormulas(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource, spec *model.Spec, trees *formulaTrees) error {
 	var probes []formulaProbe
 	fieldPos := map[string]grammar.Pos{}
 	for _, f := range st.Fields {
@@ -520,7 +520,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 		q.Exec(ctx, "RELEASE SAVEPOINT trellis_formula_probe")
 	}()
 	srcSQL := pgx.Identifier{src.Schema, src.Table}.Sanitize()
-	if err := createProbeView(ctx, q, probes, (&compiled{Spec: *spec}).FromSQL(), st.Pos); err != nil {
+	if err := createProbeView(ctx, q, probes, (&model.Compiled{Spec: *spec}).FromSQL(), st.Pos); err != nil {
 		return err
 	}
 	if err := refuseUserObjects(ctx, q, st.Pos); err != nil {
@@ -544,7 +544,7 @@ func (e *Engine) checkFormulas(ctx context.Context, q Querier, st *grammar.Trans
 	// Generated columns see the table's columns unqualified: render the
 	// formula against the probe table instead of the source alias; a
 	// joined item's column read becomes a column "__j<i>.<name>" of it.
-	unqualify := []string{base.Ident(SourceAlias) + ".", ""}
+	unqualify := []string{base.Ident(model.SourceAlias) + ".", ""}
 	if err := addJoinedProbeColumns(ctx, q, spec, src); err != nil {
 		return err
 	}

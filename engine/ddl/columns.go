@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 // PAUSE TRANSFORM t.c and RESUME TRANSFORM t.c (grammar spec §4.3, §4.4):
 // per-field pause state in the catalog (D18).
@@ -41,7 +41,7 @@ type pausedField struct {
 	upstream []string
 }
 
-func (e *Engine) pausedFields(ctx context.Context, q Querier, d *lockedDef) (map[string]pausedField, error) {
+func (e *Executor) pausedFields(ctx context.Context, q Querier, d *lockedDef) (map[string]pausedField, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(`SELECT column_name, local, upstream FROM %s._paused_fields(current_user::regrole, $1)`,
 		base.Ident(e.cfg.Schema)), d.id)
 	if err != nil {
@@ -89,7 +89,7 @@ func checkField(d *lockedDef, col *grammar.Ident) error {
 }
 
 // pauseColumn is PAUSE TRANSFORM t.c on a locked definition.
-func (e *Engine) pauseColumn(ctx context.Context, q Querier, d *lockedDef, col *grammar.Ident, tag string) (*Applied, error) {
+func (e *Executor) pauseColumn(ctx context.Context, q Querier, d *lockedDef, col *grammar.Ident, tag string) (*Applied, error) {
 	if err := checkField(d, col); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (e *Engine) pauseColumn(ctx context.Context, q Querier, d *lockedDef, col *
 
 // resumeColumn is RESUME TRANSFORM t.c on a locked definition (grammar
 // §9.3: ColumnNotPaused, then DefinitionNotLive).
-func (e *Engine) resumeColumn(ctx context.Context, q Querier, d *lockedDef, col *grammar.Ident, tag string) (*Applied, error) {
+func (e *Executor) resumeColumn(ctx context.Context, q Querier, d *lockedDef, col *grammar.Ident, tag string) (*Applied, error) {
 	paused, err := e.pausedFields(ctx, q, d)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 // PAUSE TRANSFORM and RESUME TRANSFORM of a whole transform (grammar spec
 // §4.3, §4.4), in the caller's transaction (D6), by the target's owner (D9).
@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -29,12 +30,12 @@ type lockedDef struct {
 	id                   int64
 	status, target, text string
 	source, statement    string
-	c                    *compiled
+	c                    *model.Compiled
 }
 
 // lockTransform finds a transform by bare name, checks ownership and locks
 // its definition row until the caller's transaction ends.
-func (e *Engine) lockTransform(ctx context.Context, q Querier, name grammar.Ident) (*lockedDef, error) {
+func (e *Executor) lockTransform(ctx context.Context, q Querier, name grammar.Ident) (*lockedDef, error) {
 	target, owner, found, err := e.findTransform(ctx, q, name.Name)
 	if err != nil {
 		return nil, err
@@ -46,7 +47,7 @@ func (e *Engine) lockTransform(ctx context.Context, q Querier, name grammar.Iden
 	if err := checkOwner(ctx, q, owner, target, int(name.Pos)); err != nil {
 		return nil, err
 	}
-	d := &lockedDef{target: name.Name, c: &compiled{}}
+	d := &lockedDef{target: name.Name, c: &model.Compiled{}}
 	var raw []byte
 	err = q.QueryRow(ctx, fmt.Sprintf(`SELECT id, status, target_table, source_table, definition_sql, compiled
 		FROM %s._lifecycle_lock(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
@@ -63,7 +64,7 @@ func (e *Engine) lockTransform(ctx context.Context, q Querier, name grammar.Iden
 
 func frozen(status string) bool { return status == "paused" || status == "quarantined" }
 
-func (e *Engine) applyPause(ctx context.Context, q Querier, st *grammar.PauseStmt) (*Applied, error) {
+func (e *Executor) applyPause(ctx context.Context, q Querier, st *grammar.PauseStmt) (*Applied, error) {
 	d, err := e.lockTransform(ctx, q, st.Addr.Target)
 	if err != nil {
 		return nil, err
@@ -90,7 +91,7 @@ func (e *Engine) applyPause(ctx context.Context, q Querier, st *grammar.PauseStm
 	return a, nil
 }
 
-func (e *Engine) applyResume(ctx context.Context, q Querier, st *grammar.ResumeStmt) (*Applied, error) {
+func (e *Executor) applyResume(ctx context.Context, q Querier, st *grammar.ResumeStmt) (*Applied, error) {
 	d, err := e.lockTransform(ctx, q, st.Addr.Target)
 	if err != nil {
 		return nil, err
@@ -144,7 +145,7 @@ func (e *Engine) applyResume(ctx context.Context, q Querier, st *grammar.ResumeS
 // live catalog as the caller sees it (grammar §4.4), then requires that what
 // Trellis created still fits: the same source key (names and types) and the
 // same type for every target column and hidden accumulator.
-func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error {
+func (e *Executor) revalidate(ctx context.Context, q Querier, d *lockedDef) error {
 	parsed, err := grammar.Parse(d.statement)
 	if err != nil {
 		return err
@@ -186,7 +187,7 @@ func (e *Engine) revalidate(ctx context.Context, q Querier, d *lockedDef) error 
 		return err
 	}
 	old := d.c
-	now := &compiled{Spec: *spec, SourceText: old.SourceText, TargetText: old.TargetText}
+	now := &model.Compiled{Spec: *spec, SourceText: old.SourceText, TargetText: old.TargetText}
 	if now.Key, err = primaryKey(ctx, q, srcOID); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 // ALTER TRANSFORM t ADD e AS f / ALTER f AS e / DROP f (grammar spec §4.6),
 // in the caller's transaction (D6) by the target's owner (D9).
@@ -24,11 +24,12 @@ import (
 	"strings"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
-func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTransformStmt, opts ApplyOptions) (*Applied, error) {
+func (e *Executor) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTransformStmt, opts ApplyOptions) (*Applied, error) {
 	d, err := e.lockTransform(ctx, q, st.Target)
 	if err != nil {
 		return nil, err
@@ -105,7 +106,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 	if err := e.checkDroppedUnread(ctx, q, d, res.Dropped, clausePos); err != nil {
 		return nil, err
 	}
-	now := &compiled{Spec: *spec, SourceText: d.c.SourceText, TargetText: d.c.TargetText, Key: d.c.Key, KeyNullable: d.c.KeyNullable}
+	now := &model.Compiled{Spec: *spec, SourceText: d.c.SourceText, TargetText: d.c.TargetText, Key: d.c.Key, KeyNullable: d.c.KeyNullable}
 	now.Spec.Joins = d.c.Spec.Joins // resolved at define: the same items
 	if err := e.resolveTypes(ctx, q, now); err != nil {
 		return nil, err
@@ -151,7 +152,7 @@ func (e *Engine) applyAlter(ctx context.Context, q Querier, st *grammar.AlterTra
 
 // alterUnchanged answers an ALTER TRANSFORM whose every clause was a no-op:
 // the version is bumped (the statement was applied) and nothing rebuilt.
-func (e *Engine) alterUnchanged(ctx context.Context, q Querier, d *lockedDef, def *grammar.TransformStmt, a *Applied) (*Applied, error) {
+func (e *Executor) alterUnchanged(ctx context.Context, q Querier, d *lockedDef, def *grammar.TransformStmt, a *Applied) (*Applied, error) {
 	var v int64
 	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._lifecycle_alter(current_user::regrole, $1, NULL, NULL, NULL, NULL, NULL)`,
 		base.Ident(e.cfg.Schema)), d.id).Scan(&v); err != nil {
@@ -168,7 +169,7 @@ func (e *Engine) alterUnchanged(ctx context.Context, q Querier, d *lockedDef, de
 }
 
 // checkDroppedUnread refuses to drop a field another transform reads.
-func (e *Engine) checkDroppedUnread(ctx context.Context, q Querier, d *lockedDef, dropped []string, clausePos func(string) int) error {
+func (e *Executor) checkDroppedUnread(ctx context.Context, q Querier, d *lockedDef, dropped []string, clausePos func(string) int) error {
 	for _, col := range dropped {
 		var lines []string
 		if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT %s._field_readers(current_user::regrole, $1, $2)`, base.Ident(e.cfg.Schema)),
@@ -188,7 +189,7 @@ func (e *Engine) checkDroppedUnread(ctx context.Context, q Querier, d *lockedDef
 // alteredTypesKept returns the fields' types after the ALTER and refuses
 // one that changes an altered field's type: an edit never rewrites the
 // table.
-func alteredTypesKept(d *lockedDef, now *compiled, altered []string, tname string, clausePos func(string) int) (map[string]string, error) {
+func alteredTypesKept(d *lockedDef, now *model.Compiled, altered []string, tname string, clausePos func(string) int) (map[string]string, error) {
 	oldType := map[string]string{}
 	for i, f := range d.c.Spec.Fields {
 		oldType[f.Name] = d.c.FieldTypes[i]
@@ -212,7 +213,7 @@ func alteredTypesKept(d *lockedDef, now *compiled, altered []string, tname strin
 // alterTargetColumns drops and adds the target's columns through the
 // SECURITY DEFINER _alter_target (the target is the workers', D20), its
 // lock held until the caller's transaction ends.
-func (e *Engine) alterTargetColumns(ctx context.Context, q Querier, d *lockedDef, dropped, addedFields []string, newType map[string]string) error {
+func (e *Executor) alterTargetColumns(ctx context.Context, q Querier, d *lockedDef, dropped, addedFields []string, newType map[string]string) error {
 	if len(dropped)+len(addedFields) > 0 {
 		added := &tableShape{}
 		for _, f := range addedFields {

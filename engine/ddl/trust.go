@@ -1,9 +1,10 @@
-package engine
+package ddl
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -65,7 +66,7 @@ func checkSourceKeyTypes(ctx context.Context, q Querier, rel uint32, relText str
 
 // checkGroupKeyTypes refuses GROUP BY keys whose types (as the source's
 // probe resolved them, format_type spelling) are not allowed as keys.
-func checkGroupKeyTypes(ctx context.Context, q Querier, spec *Spec, base []string) error {
+func checkGroupKeyTypes(ctx context.Context, q Querier, spec *model.Spec, base []string) error {
 	rows, err := q.Query(ctx, `SELECT t.typtype::text, t.typcategory::text, t.typnamespace = 'pg_catalog'::regnamespace
 		FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS b(name, i) JOIN pg_type t ON t.oid = to_regtype(b.name) ORDER BY b.i`, base)
 	if err != nil {

@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 import (
 	"context"
@@ -67,7 +67,7 @@ type joinedTable struct {
 // checkJoinTarget runs the checks of joins spec §4 on a JOIN TRANSFORM and
 // returns the first failure, or the FROM table resolved with its joined
 // tables when all pass.
-func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.TransformStmt) (*resolvedSource, error) {
+func (e *Executor) checkJoinTarget(ctx context.Context, q Querier, st *grammar.TransformStmt) (*resolvedSource, error) {
 	items := make([]joinedTable, 0, 1+len(st.Joins))
 	names := []grammar.QualifiedName{st.Source}
 	for _, j := range st.Joins {
@@ -133,7 +133,7 @@ func (e *Engine) checkJoinTarget(ctx context.Context, q Querier, st *grammar.Tra
 
 // resolveItem resolves one FROM item's table and checks the caller may
 // SELECT it.
-func (e *Engine) resolveItem(ctx context.Context, q Querier, name grammar.QualifiedName) (joinedTable, error) {
+func (e *Executor) resolveItem(ctx context.Context, q Querier, name grammar.QualifiedName) (joinedTable, error) {
 	ref := pgx.Identifier{name.Name}.Sanitize()
 	if name.Schema != "" {
 		ref = pgx.Identifier{name.Schema, name.Name}.Sanitize()
@@ -294,7 +294,7 @@ func checkToOne(ctx context.Context, q Querier, items []joinedTable, rj grammar.
 
 // checkWorkersCapture refuses an item whose changes the workers' role
 // could not capture (capture triggers are ENABLE ALWAYS: the owner's, D9).
-func (e *Engine) checkWorkersCapture(ctx context.Context, q Querier, it joinedTable) error {
+func (e *Executor) checkWorkersCapture(ctx context.Context, q Querier, it joinedTable) error {
 	worker := e.workerRole()
 	if worker == "" {
 		return nil // not running yet (define-only tools); _define checks the FROM table
@@ -345,7 +345,7 @@ func checkFanOutIndex(ctx context.Context, q Querier, items []joinedTable, rj gr
 // addJoinedProbeColumns adds to the immutability probe's table a column
 // "__j<i>.<name>" of the column's type for every joined column a formula
 // reads, so the probe's generated columns can read them (checkFormulas).
-func addJoinedProbeColumns(ctx context.Context, q Querier, spec *Spec, src *resolvedSource) error {
+func addJoinedProbeColumns(ctx context.Context, q Querier, spec *model.Spec, src *resolvedSource) error {
 	seen := map[model.JoinRead]bool{}
 	var adds []string
 	add := func(rs []model.JoinRead) {
@@ -383,7 +383,7 @@ type joinedRead struct {
 // identity (the key its capture logs), with the key-type and row-security
 // rules of a source. It returns the joined tables' reads, JSON for _define
 // (nil for a one-table target).
-func (e *Engine) resolveJoins(ctx context.Context, q Querier, c *compiled) ([]byte, error) {
+func (e *Executor) resolveJoins(ctx context.Context, q Querier, c *model.Compiled) ([]byte, error) {
 	if len(c.Spec.Joins) == 0 {
 		return nil, nil
 	}
@@ -456,7 +456,7 @@ func columnKeys(ctx context.Context, q Querier, rel uint32, cols []string) ([]mo
 // resolveFrom resolves a TRANSFORM's FROM table through the caller's
 // catalog, with its joined tables and the checks of joins spec §4 for a
 // JOIN target.
-func (e *Engine) resolveFrom(ctx context.Context, q Querier, st *grammar.TransformStmt) (*resolvedSource, error) {
+func (e *Executor) resolveFrom(ctx context.Context, q Querier, st *grammar.TransformStmt) (*resolvedSource, error) {
 	if len(st.Joins) > 0 {
 		return e.checkJoinTarget(ctx, q, st)
 	}
@@ -469,7 +469,7 @@ func joinSpecs(st *grammar.TransformStmt, src *resolvedSource, res *grammar.Reso
 	var out []model.Join
 	for i, rj := range res.Joins {
 		jt := src.Joined[i]
-		out = append(out, model.Join{Table: TableName{Schema: jt.Schema, Name: jt.Table},
+		out = append(out, model.Join{Table: model.TableName{Schema: jt.Schema, Name: jt.Table},
 			Left: st.Joins[i].Kind == grammar.JoinLeft, Parent: rj.Parent, Columns: rj.Columns, ParentColumns: rj.ParentColumns})
 	}
 	return out
@@ -504,7 +504,7 @@ func (r reads) dedupe() reads {
 
 // joinedColumns are the columns a JOIN target reads of each joined table,
 // as JSON {table: [column, ...]} (ALTER TRANSFORM stores them).
-func joinedColumns(spec *Spec) []byte {
+func joinedColumns(spec *model.Spec) []byte {
 	cols := map[string][]string{}
 	for i, j := range spec.Joins {
 		cols[j.Text] = dedupe(append(cols[j.Text], spec.ItemReads(i+1)...))
@@ -515,7 +515,7 @@ func joinedColumns(spec *Spec) []byte {
 
 // readsText lists the tables a definition reads for its notice: the
 // source, then each joined table once.
-func readsText(source string, spec *Spec) string {
+func readsText(source string, spec *model.Spec) string {
 	out, seen := source, map[string]bool{source: true}
 	for _, j := range spec.Joins {
 		if t := grammar.QuoteIdentIfNeeded(j.Table.Schema) + "." + grammar.QuoteIdentIfNeeded(j.Table.Name); !seen[t] {

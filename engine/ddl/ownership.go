@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 // D20: a transform's target and ledger are owned by the workers' role, so
 // no tenant can attach a trigger, rule, default, check, generated column or

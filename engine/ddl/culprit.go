@@ -1,10 +1,11 @@
-package engine
+package ddl
 
 import (
 	"context"
 	"strings"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -38,7 +39,7 @@ const maxCulpritProbes = 64
 // operands are, and returns its position; ok is false when the formula
 // cannot be searched (no tree kept, or no sub-expression fails alone). It
 // runs inside checkFormulas' savepoint, over its probe table.
-func (e *Engine) mutableCall(ctx context.Context, q Querier, t *formulaTrees, field string) (pos grammar.Pos, ok bool, err error) {
+func (e *Executor) mutableCall(ctx context.Context, q Querier, t *formulaTrees, field string) (pos grammar.Pos, ok bool, err error) {
 	if t == nil {
 		return 0, false, nil
 	}
@@ -115,7 +116,7 @@ func operands(t *formulaTrees, n formulaNode) []formulaNode {
 // generated column would need the type spelled out), so any other outcome
 // means the expression itself is immutable.
 func probeMutable(ctx context.Context, q Querier, sql string) (bool, error) {
-	expr := strings.ReplaceAll(sql, base.Ident(SourceAlias)+".", "")
+	expr := strings.ReplaceAll(sql, base.Ident(model.SourceAlias)+".", "")
 	if _, err := q.Exec(ctx, "SAVEPOINT trellis_formula_probe_one"); err != nil {
 		return false, err
 	}

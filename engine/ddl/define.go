@@ -1,4 +1,4 @@
-package engine
+package ddl
 
 import (
 	"context"
@@ -39,19 +39,19 @@ const typeNameSQL = `SELECT CASE WHEN t.typnamespace = 'pg_catalog'::regnamespac
 // target and its ledger (owned by the calling role), records the definition
 // waiting_to_backfill and wakes the staging worker at commit. Background work
 // starts only once the transaction commits; a rollback undoes everything.
-func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, err error) {
+func (e *Executor) Define(ctx context.Context, q Querier, spec model.Spec) (d *Defined, err error) {
 	if err := spec.Check(e.cfg.TargetSchema); err != nil {
 		return nil, err
 	}
 	// All or nothing even on an autocommit handle: a definition row seen
 	// without its reads would be built without capture. A pgx.Tx gets a
 	// savepoint; a client's connection is already inside its transaction.
-	q, done, err := atomically(ctx, q)
+	q, done, err := Atomically(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = done(err) }()
-	c := &compiled{Spec: spec}
+	c := &model.Compiled{Spec: spec}
 	var workerRole string
 	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT %s._instance_worker_role()", base.Ident(e.cfg.Schema))).Scan(&workerRole); err != nil {
 		return nil, fmt.Errorf("reading the Trellis instance marker in %q (was Migrate run?): %w", e.cfg.Schema, err)
@@ -63,7 +63,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 		return nil, err
 	}
 
-	var upstream *compiled
+	var upstream *model.Compiled
 	if c.Key, c.KeyNullable, upstream, err = e.keyOfReadTable(ctx, q, srcOID, c.SourceText); err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (d *Defined, 
 // sourceTable resolves spec's source, which must be a plain, logged,
 // non-partitioned table (statement triggers capture nothing else), and
 // sets c.SourceText to its canonical name.
-func sourceTable(ctx context.Context, q Querier, spec Spec, c *compiled) (uint32, error) {
+func sourceTable(ctx context.Context, q Querier, spec model.Spec, c *model.Compiled) (uint32, error) {
 	var srcOID uint32
 	var relkind, persistence string
 	var partition, inherits bool
@@ -170,7 +170,7 @@ func sourceTable(ctx context.Context, q Querier, spec Spec, c *compiled) (uint32
 
 // targetFree checks that spec's target can be created: a permanent schema,
 // and neither it nor its ledger exists.
-func (e *Engine) targetFree(ctx context.Context, q Querier, spec Spec) error {
+func (e *Executor) targetFree(ctx context.Context, q Querier, spec model.Spec) error {
 	// A target in a temporary schema would vanish with the defining session
 	// and leave a definition nothing can build (D21).
 	if sch := spec.Target.Schema; sch == "pg_temp" || strings.HasPrefix(sch, "pg_temp_") || strings.HasPrefix(sch, "pg_toast_temp_") {
@@ -201,7 +201,7 @@ func (e *Engine) targetFree(ctx context.Context, q Querier, spec Spec) error {
 // keyOfReadTable is sourceKey for a table a definition reads (its source or
 // a joined table), after the key-type and row-security rules every read
 // table obeys.
-func (e *Engine) keyOfReadTable(ctx context.Context, q Querier, oid uint32, text string) ([]keyCol, bool, *compiled, error) {
+func (e *Executor) keyOfReadTable(ctx context.Context, q Querier, oid uint32, text string) ([]model.KeyCol, bool, *model.Compiled, error) {
 	if err := checkSourceKeyTypes(ctx, q, oid, text); err != nil {
 		return nil, false, nil, err
 	}
@@ -214,7 +214,7 @@ func (e *Engine) keyOfReadTable(ctx context.Context, q Querier, oid uint32, text
 // sourceKey is the key a definition over the source srcOID inherits: its
 // primary key, or the groups of the aggregate target of this instance it
 // is; upstream is that target's compiled form (empty for a 1-1 target).
-func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcText string) (key []keyCol, nullable bool, upstream *compiled, err error) {
+func (e *Executor) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcText string) (key []model.KeyCol, nullable bool, upstream *model.Compiled, err error) {
 	key, err = primaryKey(ctx, q, srcOID)
 	if err != nil {
 		return nil, false, nil, err
@@ -226,7 +226,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 			return nil, false, nil, err
 		}
 		if raw != nil {
-			upstream = &compiled{}
+			upstream = &model.Compiled{}
 			if err := json.Unmarshal(raw, upstream); err != nil {
 				return nil, false, nil, err
 			}
@@ -243,7 +243,7 @@ func (e *Engine) sourceKey(ctx context.Context, q Querier, srcOID uint32, srcTex
 			return nil, false, nil, err
 		}
 		if isTarget {
-			upstream = &compiled{}
+			upstream = &model.Compiled{}
 		}
 	}
 	return key, nullable, upstream, nil
@@ -261,13 +261,13 @@ const keyColSelect = `SELECT a.attname,
 		                FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
 		                WHERE co.oid = a.attcollation) ELSE '' END`
 
-func scanKeyCol(r pgx.CollectableRow) (keyCol, error) {
-	var k keyCol
+func scanKeyCol(r pgx.CollectableRow) (model.KeyCol, error) {
+	var k model.KeyCol
 	err := r.Scan(&k.Name, &k.Type, &k.FullType)
 	return k, err
 }
 
-func primaryKey(ctx context.Context, q Querier, rel uint32) ([]keyCol, error) {
+func primaryKey(ctx context.Context, q Querier, rel uint32) ([]model.KeyCol, error) {
 	rows, err := q.Query(ctx, keyColSelect+`
 		FROM pg_index i
 		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
@@ -317,7 +317,7 @@ func probeTypes(ctx context.Context, q Querier, exprs []string, from, tail strin
 var exactSum = map[string]bool{"smallint": true, "integer": true, "bigint": true, "numeric": true, "interval": true}
 var intType = map[string]bool{"smallint": true, "integer": true, "bigint": true}
 
-func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error {
+func (e *Executor) resolveTypes(ctx context.Context, q Querier, c *model.Compiled) error {
 	src := c.FromSQL()
 	spec := &c.Spec
 	if !spec.IsAggregate() {
@@ -357,23 +357,23 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 	for i, f := range spec.Fields {
 		a := c.FieldArg[i]
 		switch f.Agg {
-		case AggSum:
+		case model.AggSum:
 			if exactSum[argBase[a]] {
 				c.Args[a].NeedSum = true
 			} else {
 				c.Recompute[i] = true
 			}
-		case AggAvg:
+		case model.AggAvg:
 			if intType[argBase[a]] {
 				c.Args[a].NeedSum = true
 			} else {
 				c.Recompute[i] = true
 			}
-		case AggBoolAnd, AggBoolOr:
+		case model.AggBoolAnd, model.AggBoolOr:
 			c.Args[a].NeedTrue = true
-		case AggMin, AggMax, AggBitAnd, AggBitOr:
+		case model.AggMin, model.AggMax, model.AggBitAnd, model.AggBitOr:
 			c.Recompute[i] = true
-		case AggJSONBAgg:
+		case model.AggJSONBAgg:
 			c.Recompute[i] = true
 			c.NeedSrcKey = true
 		}
@@ -415,11 +415,11 @@ func (e *Engine) resolveTypes(ctx context.Context, q Querier, c *compiled) error
 // decided exactly as DROP TABLE decides it (a view on the target refuses
 // the drop with PostgreSQL's own error), and a rollback leaves them where
 // they were.
-func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err error) {
+func (e *Executor) Drop(ctx context.Context, q Querier, target model.TableName) (err error) {
 	if target.Schema == "" {
 		target.Schema = e.cfg.TargetSchema
 	}
-	q, done, err := atomically(ctx, q)
+	q, done, err := Atomically(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -436,7 +436,7 @@ func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) (err err
 	if raw == nil {
 		return pgerr.Newf(pgerr.UndefinedObject, "transform %s does not exist", target).WithClass("not_found", "TransformNotFound")
 	}
-	c := &compiled{}
+	c := &model.Compiled{}
 	if err := json.Unmarshal(raw, c); err != nil {
 		return err
 	}
@@ -464,10 +464,10 @@ func dependentsError(err error, target string) error {
 	return out.WithClass("conflict", "DependentsBlockDrop")
 }
 
-// atomically runs a multi-statement catalog change in one transaction when
+// Atomically runs a multi-statement catalog change in one transaction when
 // q can begin one (a pool or connection: a new transaction; a pgx.Tx: a
 // savepoint). Other Queriers must already be inside a transaction.
-func atomically(ctx context.Context, q Querier) (Querier, func(error) error, error) {
+func Atomically(ctx context.Context, q Querier) (Querier, func(error) error, error) {
 	b, ok := q.(interface {
 		Begin(context.Context) (pgx.Tx, error)
 	})
