@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -54,7 +55,7 @@ func TestReadViewsLifecycle(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	want := readViews()
+	want := catalog.ReadViews()
 	slices.Sort(want)
 	if !slices.Equal(names, want) || len(want) < 10 {
 		t.Fatalf("read views %v, want %v", names, want)

@@ -51,9 +51,6 @@ import (
 // statements is ignored by PostgreSQL; the wait is then the step's
 // remaining statements, as before the mark.
 
-// fenceSchema holds this instance's fence relations.
-func (e *Engine) fenceSchema() string { return e.cfg.Schema + "_fence" }
-
 // stagingFence takes a definition's fence for a step of the staging worker
 // in tx, waiting at most PageLockTimeout for pages in flight; false: a
 // client transaction holds it, so the step is left for a later pass

@@ -202,6 +202,11 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	return b.String()
 }
 
+// renderCatalogSQL renders a catalog script for e's instance.
+func (e *Engine) renderCatalogSQL(s string) string {
+	return catalog.Render(s, e.cfg.Schema, e.fenceSchema())
+}
+
 // goldenShape writes a table shape (_create_table's input) as a column
 // list a reviewer reads like CREATE TABLE.
 func goldenShape(sh *model.TableShape) string {

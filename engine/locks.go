@@ -24,35 +24,6 @@ import (
 // SHARE UPDATE EXCLUSIVE conflicts with itself and with none of those, so
 // it is a mutex only the catalog's owner can hold.
 
-// migrateLock serializes catalog migrations. Once the catalog exists the
-// lock is SHARE UPDATE EXCLUSIVE on its _instance table. Before that (the
-// very first migration in a database, or a new schema) there is no table to
-// lock and the migration serializes on the database-wide advisory key, as
-// it always did: a role holding that key can delay the creation of a new
-// catalog (documented), not the migration of an existing one.
-func (e *Engine) migrateLock(ctx context.Context, tx pgx.Tx) error {
-	locked, err := e.lockInstanceTable(ctx, tx)
-	if err != nil || locked {
-		return err
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", base.LockKey("trellis-migrate")); err != nil {
-		return err
-	}
-	// Another process may have created the catalog while we waited.
-	_, err = e.lockInstanceTable(ctx, tx)
-	return err
-}
-
-// lockInstanceTable takes the catalog's mutex if the catalog exists.
-func (e *Engine) lockInstanceTable(ctx context.Context, tx pgx.Tx) (bool, error) {
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", base.Ident(e.cfg.Schema)+"._instance").Scan(&exists); err != nil || !exists {
-		return false, err
-	}
-	_, err := tx.Exec(ctx, "LOCK TABLE "+e.tbl("_instance")+" IN SHARE UPDATE EXCLUSIVE MODE")
-	return err == nil, err
-}
-
 // setLockTimeout bounds the lock waits of the rest of tx.
 func setLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
 	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", d.Milliseconds()))

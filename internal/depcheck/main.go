@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"router":             {"grammar", "pgerr", "sqlscan"},
 	"engine":             {"grammar", "pgerr"},
 	"engine/base":        {"pgerr"},
-	"engine/catalog":     {"engine/base"},
+	"engine/catalog":     {"engine/base", "pgerr"},
 	"engine/model":       {"engine/base", "pgerr"},
 	"engine/sqlgen":      {"engine/base", "engine/model"},
 	"engine/ddl":         {"engine/base", "engine/model", "engine/sqlgen", "grammar", "pgerr"},
