@@ -27,6 +27,5 @@ func LockCatalog(ctx context.Context, q Querier, schema string) error {
 	return catalog.LockCatalog(ctx, q, schema)
 }
 
-
 // fenceSchema holds this instance's fence relations (fence.go).
 func (e *Engine) fenceSchema() string { return catalog.FenceSchema(e.cfg.Schema) }

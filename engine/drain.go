@@ -73,7 +73,7 @@ func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bo
 		return did, err
 	}
 	// Self-checks run only when no page or build work is waiting.
-	return e.selfCheckStep(ctx, id)
+	return e.checks.Step(ctx, id)
 }
 
 type pageKey struct {

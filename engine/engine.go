@@ -16,6 +16,7 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/engine/ddl"
+	"github.com/trellis-proxy/trellis-proxy/engine/selfcheck"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -140,10 +141,8 @@ type Engine struct {
 	// workerRole is the instance's workers' role, read from the marker by
 	// Run; atomic because tests build capture plans while Run starts.
 	workerRoleV atomic.Pointer[string]
-	states      workerStates // this process's workers, for trellis.proxy_workers
-	// selfCheckIdle: drain worker id -> unix ns before which it does not
-	// ask for a self-check job again (none was open for it; selfcheck.go).
-	selfCheckIdle sync.Map
+	states      workerStates       // this process's workers, for trellis.proxy_workers
+	checks      *selfcheck.Checker // this process's share of self-check jobs
 
 	ddl   *ddl.Executor // Trellis statements (engine/ddl)
 	plant plants        // test-only faults; zero in production
@@ -202,6 +201,8 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		panic(fmt.Sprintf("engine: worker pool: %v", err))
 	}
 	e.workers = w
+	e.checks = selfcheck.New(selfcheck.Config{Schema: cfg.Schema, ProcessID: cfg.ProcessID, PageKeys: cfg.SelfCheckPageKeys,
+		PollInterval: cfg.PollInterval, WorkerTTL: cfg.WorkerTTL}, pool, w, checkHost{e})
 	return e
 }
 
@@ -331,7 +332,7 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 		}
 		switch n.Channel {
 		case e.channel("wake"):
-			e.selfCheckIdle.Clear() // perhaps a self-check job
+			e.checks.Woken() // perhaps a self-check job
 			poke(e.wakeStaging)
 			poke(e.wakeDrain)
 		case e.channel("sealed"):

@@ -26,8 +26,10 @@ const module = "github.com/trellis-proxy/trellis-proxy"
 // classes, Querier) at the bottom; model (the definition model) and catalog
 // (the embedded schema) on it; sqlgen (generated statements) on model; ddl
 // (the Trellis statements, run as the caller) on model and sqlgen; and the
-// root engine package, the workers and the only way in from outside, on
-// all of them. ddl never imports the workers: a statement starts nothing.
+// selfcheck (the self-check jobs, reading the engine through a Host
+// interface) on sqlgen; and the root engine package, the workers and the
+// only way in from outside, on all of them. ddl never imports the
+// workers: a statement starts nothing.
 var allowed = map[string][]string{
 	"pgerr":              {},
 	"sqlscan":            {},
@@ -39,6 +41,7 @@ var allowed = map[string][]string{
 	"engine/model":       {"engine/base", "pgerr"},
 	"engine/sqlgen":      {"engine/base", "engine/model"},
 	"engine/ddl":         {"engine/base", "engine/model", "engine/sqlgen", "grammar", "pgerr"},
+	"engine/selfcheck":   {"engine/base", "engine/sqlgen", "pgerr"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},

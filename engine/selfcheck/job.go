@@ -1,4 +1,4 @@
-package engine
+package selfcheck
 
 import (
 	"context"
@@ -12,11 +12,8 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
-// Self-check jobs (surface §9, docs/engine.md "Self-check"): the job, its
-// cursor and its claim live in the catalog (catalog/migrations/016.sql), so
-// any drain worker of the fleet runs the next page and a worker's death
-// loses at most the page in flight. The page's results are saved only while
-// its claim still holds.
+// A job's rows are catalog/migrations/016.sql's; a page's results are
+// saved only while its claim still holds.
 
 // maxDivergences ends a job early (truncated).
 const maxDivergences = 1000
@@ -50,52 +47,52 @@ func (j *scJob) budget() time.Duration {
 	return 60*time.Second + 2*time.Duration(j.timeoutMS)*time.Millisecond
 }
 
-// selfCheckStep runs one page of a self-check job, if one is claimable:
+// Step runs one page of a self-check job, if one is claimable:
 // a queued job, this worker's own running job, or a running job whose
 // claimant stopped (its process no longer heartbeats, or it has not saved
 // for 30 s plus a page budget).
-func (e *Engine) selfCheckStep(ctx context.Context, id string) (bool, error) {
+func (sc *Checker) Step(ctx context.Context, id string) (bool, error) {
 	// An idle drain worker comes here on every wake-up; when the claim (a
 	// transaction of three round trips) found no job for this worker, it is
 	// asked again only after a poll interval or a wake notice (self_check
 	// sends one). Per worker: another worker's running job is not this one's.
-	if until, ok := e.selfCheckIdle.Load(id); ok && time.Now().UnixNano() < until.(int64) {
+	if until, ok := sc.idle.Load(id); ok && time.Now().UnixNano() < until.(int64) {
 		return false, nil
 	}
-	j, err := e.claimSelfCheck(ctx, id)
+	j, err := sc.claimSelfCheck(ctx, id)
 	if err != nil {
 		return false, err
 	}
 	if j == nil {
-		e.selfCheckIdle.Store(id, time.Now().Add(e.cfg.PollInterval).UnixNano())
+		sc.idle.Store(id, time.Now().Add(sc.cfg.PollInterval).UnixNano())
 		return false, nil
 	}
-	e.states.working(id, "checking", "self-check "+j.target)
+	sc.host.Working(id, "checking", "self-check "+j.target)
 	pctx, cancel := context.WithTimeout(ctx, j.budget())
 	defer cancel()
 	start := time.Now()
-	p, err := e.selfCheckPage(pctx, j)
+	p, err := sc.selfCheckPage(pctx, j)
 	if err != nil {
 		if ctx.Err() != nil {
 			return true, nil // shutting down: the job is taken over (continues) later
 		}
 		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
-			return true, e.finishSelfCheck(ctx, j, "failed", fmt.Sprintf("a page ran past its budget of %s", j.budget()))
+			return true, sc.finishSelfCheck(ctx, j, "failed", fmt.Sprintf("a page ran past its budget of %s", j.budget()))
 		}
 		if base.Transient(err) {
 			return true, err // retried from the saved cursor on the next pass
 		}
-		return true, e.finishSelfCheck(ctx, j, "failed", err.Error())
+		return true, sc.finishSelfCheck(ctx, j, "failed", err.Error())
 	}
-	if err := e.saveSelfCheckPage(ctx, j, p); err != nil {
+	if err := sc.saveSelfCheckPage(ctx, j, p); err != nil {
 		return true, err
 	}
-	e.tMetrics().SelfCheckPage(j.target, time.Since(start), len(p.divs))
+	sc.host.PageDone(j.target, time.Since(start), len(p.divs))
 	return true, nil
 }
 
-func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error) {
-	tx, err := e.workers.Begin(ctx)
+func (sc *Checker) claimSelfCheck(ctx context.Context, wid string) (*scJob, error) {
+	tx, err := sc.workers.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +107,7 @@ func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error)
 		       OR NOT EXISTS (SELECT 1 FROM %s w WHERE w.worker_id = j.claimed_proc
 		                      AND w.last_seen > now() - $2 * interval '1 millisecond')))
 		ORDER BY j.claimed_by = $1 DESC, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED`,
-		e.tbl("_self_checks"), e.tbl("_definitions"), e.tbl("_workers")), wid, e.cfg.WorkerTTL.Milliseconds()).
+		sc.tbl("_self_checks"), sc.tbl("_definitions"), sc.tbl("_workers")), wid, sc.cfg.WorkerTTL.Milliseconds()).
 		Scan(&j.id, &j.def, &j.mode, &j.timeoutMS, &j.cursor, &j.divergences, &j.target)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -123,7 +120,7 @@ func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error)
 		claim = claim + CASE WHEN state = 'running' AND claimed_by = $2 THEN 0 ELSE 1 END,
 		state = 'running', claimed_by = $2, claimed_proc = $3, started_at = coalesce(started_at, now()),
 		saved_at = CASE WHEN state = 'running' AND claimed_by = $2 THEN saved_at ELSE now() END
-		WHERE id = $1 RETURNING claim`, e.tbl("_self_checks")), j.id, wid, e.cfg.ProcessID).Scan(&j.claim)
+		WHERE id = $1 RETURNING claim`, sc.tbl("_self_checks")), j.id, wid, sc.cfg.ProcessID).Scan(&j.claim)
 	if err != nil {
 		return nil, err
 	}
@@ -131,24 +128,24 @@ func (e *Engine) claimSelfCheck(ctx context.Context, wid string) (*scJob, error)
 }
 
 // finishSelfCheck ends a job failed or cancelled (while the claim holds).
-func (e *Engine) finishSelfCheck(ctx context.Context, j *scJob, state, why string) error {
-	_, err := e.workers.Exec(ctx, fmt.Sprintf(`UPDATE %s SET state = $3, error = $4, finished_at = now(), saved_at = now()
-		WHERE id = $1 AND claim = $2 AND state = 'running'`, e.tbl("_self_checks")), j.id, j.claim, state, why)
+func (sc *Checker) finishSelfCheck(ctx context.Context, j *scJob, state, why string) error {
+	_, err := sc.workers.Exec(ctx, fmt.Sprintf(`UPDATE %s SET state = $3, error = $4, finished_at = now(), saved_at = now()
+		WHERE id = $1 AND claim = $2 AND state = 'running'`, sc.tbl("_self_checks")), j.id, j.claim, state, why)
 	return err
 }
 
 // saveSelfCheckPage saves a page's cursor, counts and divergences, and the
 // verdict when the job is done, in one transaction holding the job row:
 // nothing is saved when another worker took the job over meanwhile.
-func (e *Engine) saveSelfCheckPage(ctx context.Context, j *scJob, p *scPage) error {
-	tx, err := e.workers.Begin(ctx)
+func (sc *Checker) saveSelfCheckPage(ctx context.Context, j *scJob, p *scPage) error {
+	tx, err := sc.workers.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
 	var prev int
 	err = tx.QueryRow(ctx, fmt.Sprintf(`SELECT divergence_count FROM %s WHERE id = $1 AND claim = $2 AND state = 'running' FOR UPDATE`,
-		e.tbl("_self_checks")), j.id, j.claim).Scan(&prev)
+		sc.tbl("_self_checks")), j.id, j.claim).Scan(&prev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // claim lost
 	}
@@ -164,7 +161,7 @@ func (e *Engine) saveSelfCheckPage(ctx context.Context, j *scJob, p *scPage) err
 	}
 	for i, d := range divs {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (job_id, ordinal, kind, key, column_name, persisted, recomputed, table_name, detail)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, e.tbl("_self_check_divergences")),
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, sc.tbl("_self_check_divergences")),
 			j.id, prev+i+1, d.kind, d.key, d.column, d.persisted, d.recomputed, d.table, d.detail); err != nil {
 			return err
 		}
@@ -198,7 +195,7 @@ func (e *Engine) saveSelfCheckPage(ctx context.Context, j *scJob, p *scPage) err
 		state = CASE WHEN $7 THEN 'done' ELSE state END,
 		finished_at = CASE WHEN $7 THEN now() END,
 		outcome = $8, not_live_status = $9, truncated = $10 AND $7
-		WHERE id = $1 AND claim = $2`, e.tbl("_self_checks")),
+		WHERE id = $1 AND claim = $2`, sc.tbl("_self_checks")),
 		j.id, j.claim, p.hi, p.n, total, token, p.done, outcome, notLive, truncated)
 	if err != nil {
 		return err
@@ -207,21 +204,21 @@ func (e *Engine) saveSelfCheckPage(ctx context.Context, j *scJob, p *scPage) err
 		return err
 	}
 	if p.done {
-		e.signalDrained() // wakes await_self_check
+		sc.host.SignalDrained() // wakes await_self_check
 	}
 	return nil
 }
 
-// AwaitSelfCheck waits until job id finishes (surface §9, proxy-answered)
+// Await waits until job id finishes (surface §9, proxy-answered)
 // and returns its outcome (done) or its state (failed, cancelled).
-func (e *Engine) AwaitSelfCheck(ctx context.Context, id int64, timeout time.Duration) (string, error) {
+func (sc *Checker) Await(ctx context.Context, id int64, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
 	for {
-		ch := e.drainedCh()
+		ch := sc.host.DrainedCh()
 		var state string
 		var outcome, why *string
-		err := e.pool.QueryRow(ctx, fmt.Sprintf(`SELECT state, outcome, error FROM %s WHERE id = $1`, e.tbl("_self_checks")), id).
+		err := sc.pool.QueryRow(ctx, fmt.Sprintf(`SELECT state, outcome, error FROM %s WHERE id = $1`, sc.tbl("_self_checks")), id).
 			Scan(&state, &outcome, &why)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return "", pgerr.Newf(pgerr.UndefinedObject, "self-check %d does not exist", id).

@@ -1,4 +1,4 @@
-package engine
+package selfcheck
 
 import (
 	"context"
@@ -13,26 +13,26 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
-func (e *Engine) selfCheckPageKeys() int64 {
-	if e.cfg.SelfCheckPageKeys > 0 {
-		return int64(e.cfg.SelfCheckPageKeys)
+func (sc *Checker) selfCheckPageKeys() int64 {
+	if sc.cfg.PageKeys > 0 {
+		return int64(sc.cfg.PageKeys)
 	}
-	return 10000
+	return defaultPageKeys
 }
 
 // selfCheckPage runs one page (§9.2): the capture audit, the status, a
 // convergence wait, the comparison in one REPEATABLE READ snapshot and, in
 // standard mode, a re-check of the differing keys behind a fresh wait.
-func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
+func (sc *Checker) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	var status string
 	var raw []byte
 	var version int64
-	err := e.workers.QueryRow(ctx, fmt.Sprintf(`SELECT CASE WHEN verified THEN status ELSE 'unverified' END, compiled, version FROM %s WHERE id = $1`, e.tbl("_definitions")), j.def).
+	err := sc.workers.QueryRow(ctx, fmt.Sprintf(`SELECT CASE WHEN verified THEN status ELSE 'unverified' END, compiled, version FROM %s WHERE id = $1`, sc.tbl("_definitions")), j.def).
 		Scan(&status, &raw, &version)
 	if err != nil {
 		return nil, err
 	}
-	faults, err := e.captureAudit(ctx, j.def)
+	faults, err := sc.captureAudit(ctx, j.def)
 	if err != nil {
 		return nil, err
 	}
@@ -42,32 +42,32 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 	if status != "live" {
 		return &scPage{done: true, outcome: "not_live", notLive: status}, nil
 	}
-	cd, err := e.compiledFor(j.def, version, raw)
+	cd, err := sc.host.Compiled(j.def, version, raw)
 	if err != nil {
 		return nil, err
 	}
-	paused, err := e.pausedColumns(ctx, j.def)
+	paused, err := sc.pausedColumns(ctx, j.def)
 	if err != nil {
 		return nil, err
 	}
 	cs := sqlgen.SelfCheck(cd.C, paused)
-	token, caught, err := e.scWait(ctx, j)
+	token, caught, err := sc.scWait(ctx, j)
 	if err != nil || !caught {
 		return &scPage{done: true, outcome: "not_caught_up", token: token}, err
 	}
 	p := &scPage{token: token}
 	var rows []scRow
-	err = e.scSnapshot(ctx, func(tx pgx.Tx) error {
+	err = sc.scSnapshot(ctx, func(tx pgx.Tx) error {
 		var err error
-		rows, p.hi, p.n, err = scPageRows(ctx, tx, cs, j.cursor, e.selfCheckPageKeys())
+		rows, p.hi, p.n, err = scPageRows(ctx, tx, cs, j.cursor, sc.selfCheckPageKeys())
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	p.done = p.n < e.selfCheckPageKeys()
+	p.done = p.n < sc.selfCheckPageKeys()
 	if len(rows) > 0 && j.mode == "standard" {
-		rows, err = e.recheck(ctx, j, cd, cs, rows)
+		rows, err = sc.recheck(ctx, j, cd, cs, rows)
 		if errors.Is(err, errNotCaughtUp) {
 			return &scPage{done: true, outcome: "not_caught_up", token: token}, nil
 		}
@@ -86,10 +86,10 @@ func (e *Engine) selfCheckPage(ctx context.Context, j *scJob) (*scPage, error) {
 // in flight in that snapshot (a change still in flight is not reported).
 // A key in flight is re-checked again, up to three rounds; one still in
 // flight after them is left out, not reported.
-func (e *Engine) recheck(ctx context.Context, j *scJob, cd *compiledDef, cs *sqlgen.Check, rows []scRow) ([]scRow, error) {
+func (sc *Checker) recheck(ctx context.Context, j *scJob, cd *sqlgen.Def, cs *sqlgen.Check, rows []scRow) ([]scRow, error) {
 	var out []scRow
 	for round := 0; round < 3 && len(rows) > 0; round++ {
-		if _, caught, err := e.scWait(ctx, j); err != nil || !caught {
+		if _, caught, err := sc.scWait(ctx, j); err != nil || !caught {
 			if err == nil {
 				err = errNotCaughtUp
 			}
@@ -101,12 +101,12 @@ func (e *Engine) recheck(ctx context.Context, j *scJob, cd *compiledDef, cs *sql
 		}
 		var pending map[string]bool
 		var all bool
-		err := e.scSnapshot(ctx, func(tx pgx.Tx) error {
+		err := sc.scSnapshot(ctx, func(tx pgx.Tx) error {
 			var err error
 			if rows, err = scDiff(ctx, tx, cs, keys); err != nil {
 				return err
 			}
-			pending, all, err = e.inFlight(ctx, tx, cd, cs)
+			pending, all, err = sc.inFlight(ctx, tx, j.def, cd, cs)
 			return err
 		})
 		if err != nil {
@@ -130,12 +130,12 @@ var errNotCaughtUp = errors.New("self-check: not caught up")
 
 // scWait waits for convergence through a fresh token, up to the job's
 // timeout. caught=false: the timeout passed.
-func (e *Engine) scWait(ctx context.Context, j *scJob) (token string, caught bool, err error) {
-	token, err = e.WatermarkToken(ctx)
+func (sc *Checker) scWait(ctx context.Context, j *scJob) (token string, caught bool, err error) {
+	token, err = sc.host.WatermarkToken(ctx)
 	if err != nil {
 		return "", false, err
 	}
-	err = e.AwaitConverged(ctx, token, time.Duration(j.timeoutMS)*time.Millisecond)
+	err = sc.host.AwaitConverged(ctx, token, time.Duration(j.timeoutMS)*time.Millisecond)
 	if pgerr.CodeOf(err) == pgerr.QueryCanceled && ctx.Err() == nil {
 		return token, false, nil
 	}
@@ -144,8 +144,8 @@ func (e *Engine) scWait(ctx context.Context, j *scJob) (token string, caught boo
 
 // scSnapshot runs f in a read-only REPEATABLE READ transaction with the
 // output settings a key's rendering depends on pinned as capture pins them.
-func (e *Engine) scSnapshot(ctx context.Context, f func(pgx.Tx) error) error {
-	tx, err := e.workers.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+func (sc *Checker) scSnapshot(ctx context.Context, f func(pgx.Tx) error) error {
+	tx, err := sc.workers.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return err
 	}
@@ -238,8 +238,8 @@ func sameText(a, b *string) bool {
 	return *a == *b
 }
 
-func (e *Engine) pausedColumns(ctx context.Context, def int64) (map[string]bool, error) {
-	rows, err := e.workers.Query(ctx, fmt.Sprintf(`SELECT column_name FROM %s WHERE definition_id = $1`, e.tbl("_paused_columns")), def)
+func (sc *Checker) pausedColumns(ctx context.Context, def int64) (map[string]bool, error) {
+	rows, err := sc.workers.Query(ctx, fmt.Sprintf(`SELECT column_name FROM %s WHERE definition_id = $1`, sc.tbl("_paused_columns")), def)
 	if err != nil {
 		return nil, err
 	}
@@ -254,12 +254,12 @@ func (e *Engine) pausedColumns(ctx context.Context, def int64) (map[string]bool,
 // captureAudit checks that every table the definition reads carries this
 // instance's capture: registered, and its four triggers present and
 // ENABLE ALWAYS. Each fault is one capture divergence.
-func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, error) {
+func (sc *Checker) captureAudit(ctx context.Context, def int64) ([]divergence, error) {
 	names := make([]string, len(sqlgen.CaptureEvents))
 	for i, ev := range sqlgen.CaptureEvents {
-		names[i] = e.inst().TriggerName(ev)
+		names[i] = sc.host.Instance().TriggerName(ev)
 	}
-	rows, err := e.workers.Query(ctx, fmt.Sprintf(`
+	rows, err := sc.workers.Query(ctx, fmt.Sprintf(`
 		SELECT r.table_name,
 		       to_regclass(r.table_name) IS NOT NULL,
 		       EXISTS (SELECT 1 FROM %s ct WHERE ct.table_name = r.table_name AND ct.table_oid = to_regclass(r.table_name)::oid),
@@ -268,7 +268,7 @@ func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, err
 		       ARRAY(SELECT g.tgname::text FROM pg_trigger g WHERE g.tgrelid = to_regclass(r.table_name)
 		             AND g.tgname = ANY($2) AND g.tgenabled <> 'A' ORDER BY 1)
 		FROM %s r WHERE r.definition_id = $1 ORDER BY r.table_name`,
-		e.tbl("_captured_tables"), e.tbl("_definition_reads")), def, names)
+		sc.tbl("_captured_tables"), sc.tbl("_definition_reads")), def, names)
 	if err != nil {
 		return nil, err
 	}
@@ -302,19 +302,19 @@ func (e *Engine) captureAudit(ctx context.Context, def int64) ([]divergence, err
 
 // pendingSQL lists a definition's source keys still in flight in the
 // current snapshot ($1 the source table, $2 the definition).
-func (e *Engine) pendingSQL() string {
+func (sc *Checker) pendingSQL() string {
 	return fmt.Sprintf(`WITH d AS (%[5]s)
 SELECT DISTINCT coalesce(u.k, c.key) FROM %[2]s c CROSS JOIN d LEFT JOIN LATERAL unnest(c.keys) AS u(k) ON true
 WHERE c.src_table = $1 AND NOT pg_visible_in_snapshot(c.txid, d.snap)
 UNION SELECT key FROM %[3]s WHERE definition_id = $2
 UNION SELECT key FROM %[4]s WHERE definition_id = $2`,
-		e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_poison"), e.tbl("_deferred"), e.drainedSnapSQL())
+		sc.tbl("_batches"), sc.tbl("_change_log"), sc.tbl("_poison"), sc.tbl("_deferred"), sc.host.DrainedSnapSQL())
 }
 
 // inFlight returns the target keys whose rows may not reflect the source
 // yet in tx's snapshot; all=true when that is every key.
-func (e *Engine) inFlight(ctx context.Context, tx pgx.Tx, cd *compiledDef, cs *sqlgen.Check) (keys map[string]bool, all bool, err error) {
-	rows, err := tx.Query(ctx, e.pendingSQL(), cd.C.SourceText, cd.id)
+func (sc *Checker) inFlight(ctx context.Context, tx pgx.Tx, def int64, cd *sqlgen.Def, cs *sqlgen.Check) (keys map[string]bool, all bool, err error) {
+	rows, err := tx.Query(ctx, sc.pendingSQL(), cd.C.SourceText, def)
 	if err != nil {
 		return nil, false, err
 	}
