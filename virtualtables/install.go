@@ -89,7 +89,7 @@ func InstallOptions(ctx context.Context, db Beginner, opts Options) error {
 	s := ident(opts.Schema)
 	// Concurrent GRANTs on one object fail with "tuple concurrently updated".
 	// The catalog's mutex, not an advisory key any role could hold (engine
-	// locks.go): it conflicts with no lock a tenant can take.
+	// engine/catalog/migrate.go): it conflicts with no lock a tenant can take.
 	if err := engine.LockCatalog(ctx, tx, opts.Schema); err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ package virtualtables
 // §9): the jobs and their divergences, visible to who can SELECT the target
 // (jobs also to pg_monitor), and self_check, which registers a job through
 // the engine's privileged _self_check_start. Drain workers run the jobs
-// (engine/selfcheck.go); await_self_check is answered by the proxy.
+// (engine/selfcheck); await_self_check is answered by the proxy.
 const selfCheckSQL = `
 CREATE VIEW {{S}}.self_checks WITH (security_barrier = true) AS
   SELECT j.id::int8 AS id, coalesce(c.relname::text, d.recorded_name) AS target,

@@ -128,7 +128,7 @@ func Migrate(ctx context.Context, pool Beginner, schema, targetSchema string) er
 }
 
 // finishMigrate replaces the catalog functions, brings the read views up
-// to date (catalogreads.go) and commits.
+// to date (installReads) and commits.
 func (m *migrator) finishMigrate(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, m.render(Functions())); err != nil {
 		return fmt.Errorf("catalog functions: %w", err)

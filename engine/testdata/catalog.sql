@@ -1387,7 +1387,7 @@ CREATE OR REPLACE VIEW "trellis"._read_page_failures AS
 CREATE OR REPLACE VIEW "trellis"._read_captured_tables AS
   SELECT c.table_name, c.table_oid, c.trigger_xmins FROM "trellis"._captured_tables c;
 
--- Self-check jobs and their divergences (selfcheck.go).
+-- Self-check jobs and their divergences (engine/selfcheck).
 CREATE OR REPLACE VIEW "trellis"._read_self_checks AS
   SELECT j.id, j.definition_id, j.mode, j.state, j.rows_compared, j.created_at, j.started_at, j.finished_at,
          j.claimed_by, j.error, j.outcome, j.not_live_status, j.truncated, j.checked_through, j.divergence_count

@@ -2,7 +2,7 @@
 -- storage (issue 15). The SQL surface (package virtualtables) builds its
 -- views on these, never on the storage tables, so the engine can reshape
 -- its tables and keep these columns; Migrate (re)creates them whenever
--- this script changed (engine/catalogreads.go), with CREATE OR REPLACE
+-- this script changed (engine/catalog/migrate.go), with CREATE OR REPLACE
 -- VIEW, which keeps the surface's views that depend on them. A change that
 -- drops, renames or retypes a column starts with its own DROP VIEW ...
 -- CASCADE (the proxy's next Install recreates the surface), and a
@@ -87,7 +87,7 @@ CREATE OR REPLACE VIEW {{S}}._read_page_failures AS
 CREATE OR REPLACE VIEW {{S}}._read_captured_tables AS
   SELECT c.table_name, c.table_oid, c.trigger_xmins FROM {{S}}._captured_tables c;
 
--- Self-check jobs and their divergences (selfcheck.go).
+-- Self-check jobs and their divergences (engine/selfcheck).
 CREATE OR REPLACE VIEW {{S}}._read_self_checks AS
   SELECT j.id, j.definition_id, j.mode, j.state, j.rows_compared, j.created_at, j.started_at, j.finished_at,
          j.claimed_by, j.error, j.outcome, j.not_live_status, j.truncated, j.checked_through, j.divergence_count
