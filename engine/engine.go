@@ -235,9 +235,9 @@ func (e *Engine) Close() { e.workers.Close() }
 // Schema returns the catalog schema.
 func (e *Engine) Schema() string { return e.cfg.Schema }
 
-func (e *Engine) tbl(name string) string { return base.Ident(e.cfg.Schema) + "." + base.Ident(name) }
+func (e *Engine) tbl(name string) string { return base.Table(e.cfg.Schema, name) }
 
-func (e *Engine) channel(what string) string { return e.cfg.Schema + "_" + what }
+func (e *Engine) channel(what string) string { return base.Channel(e.cfg.Schema, what) }
 
 func poke(c chan struct{}) {
 	select {

@@ -204,7 +204,7 @@ func (m *migrator) installReads(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("catalog read views: %w", err)
 	}
 	for _, v := range views {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON VIEW %s IS %s", base.Ident(m.schema)+"."+base.Ident(v), base.Lit(tag))); err != nil {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON VIEW %s IS %s", base.Table(m.schema, v), base.Lit(tag))); err != nil {
 			return err
 		}
 	}
@@ -225,7 +225,7 @@ func IsCatalog(ctx context.Context, q Querier, schema string) (bool, error) {
 // must not run beside a migration or beside itself in another process
 // (the SQL surface's install). Only the catalog's owner can take it.
 func LockCatalog(ctx context.Context, q Querier, schema string) error {
-	_, err := q.Exec(ctx, "LOCK TABLE "+base.Ident(schema)+"._instance IN SHARE UPDATE EXCLUSIVE MODE")
+	_, err := q.Exec(ctx, "LOCK TABLE "+base.Table(schema, "_instance")+" IN SHARE UPDATE EXCLUSIVE MODE")
 	return err
 }
 
@@ -251,9 +251,9 @@ func (m *migrator) migrateLock(ctx context.Context, tx pgx.Tx) error {
 // lockInstanceTable takes the catalog's mutex if the catalog exists.
 func (m *migrator) lockInstanceTable(ctx context.Context, tx pgx.Tx) (bool, error) {
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", base.Ident(m.schema)+"._instance").Scan(&exists); err != nil || !exists {
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", base.Table(m.schema, "_instance")).Scan(&exists); err != nil || !exists {
 		return false, err
 	}
-	_, err := tx.Exec(ctx, "LOCK TABLE "+base.Ident(m.schema)+"._instance"+" IN SHARE UPDATE EXCLUSIVE MODE")
+	err := LockCatalog(ctx, tx, m.schema)
 	return err == nil, err
 }

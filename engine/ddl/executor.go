@@ -24,17 +24,15 @@ type Config struct {
 
 // Executor runs Trellis statements for one engine instance.
 type Executor struct {
-	cfg  Config
-	role func() string
+	cfg        Config
+	workerRole func() string // "" before the engine has read the instance marker
 }
 
 // New returns an executor. workerRole returns the instance's workers' role
 // ("" before the engine has read it from the instance marker).
 func New(cfg Config, workerRole func() string) *Executor {
-	return &Executor{cfg: cfg, role: workerRole}
+	return &Executor{cfg: cfg, workerRole: workerRole}
 }
 
 // channel is the NOTIFY channel what of this instance.
-func (e *Executor) channel(what string) string { return e.cfg.Schema + "_" + what }
-
-func (e *Executor) workerRole() string { return e.role() }
+func (e *Executor) channel(what string) string { return base.Channel(e.cfg.Schema, what) }

@@ -31,7 +31,6 @@ var (
 // statement names, looked up by table name.
 func source(st *grammar.TransformStmt) *resolvedSource {
 	src := &resolvedSource{Source: ordersSrc, types: ordersTypes}
-	src.Source.Joined = nil
 	for _, j := range st.Joins {
 		switch j.Table.Name {
 		case "customers":

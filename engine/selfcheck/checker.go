@@ -71,4 +71,4 @@ func New(cfg Config, pool, workers *pgxpool.Pool, host Host) *Checker {
 // one (self_check sends one).
 func (sc *Checker) Woken() { sc.idle.Clear() }
 
-func (sc *Checker) tbl(name string) string { return base.Ident(sc.cfg.Schema) + "." + base.Ident(name) }
+func (sc *Checker) tbl(name string) string { return base.Table(sc.cfg.Schema, name) }

@@ -41,10 +41,15 @@ type scPage struct {
 	token            string
 }
 
-// selfCheckStaleAfter is how long a claim lasts without a save from a
-// claimant whose process still heartbeats (§9.2: 30 s plus a page budget).
+// pageBudgetBase is a page's budget beside its two convergence waits.
+const pageBudgetBase = 60 * time.Second
+
+// budget is how long one page of j may run: its two convergence waits
+// (the page's and the re-check's) and pageBudgetBase. A claimant whose
+// process still heartbeats keeps its claim for 30 s plus this long without
+// a save (claimSelfCheck passes pageBudgetBase to its SQL).
 func (j *scJob) budget() time.Duration {
-	return 60*time.Second + 2*time.Duration(j.timeoutMS)*time.Millisecond
+	return pageBudgetBase + 2*time.Duration(j.timeoutMS)*time.Millisecond
 }
 
 // Step runs one page of a self-check job, if one is claimable:
@@ -103,11 +108,11 @@ func (sc *Checker) claimSelfCheck(ctx context.Context, wid string) (*scJob, erro
 		FROM %s j JOIN %s d ON d.id = j.definition_id
 		WHERE j.state = 'queued'
 		   OR (j.state = 'running' AND (j.claimed_by = $1
-		       OR j.saved_at < now() - interval '30 seconds' - (60000 + 2 * j.timeout_ms) * interval '1 millisecond'
+		       OR j.saved_at < now() - interval '30 seconds' - ($3 + 2 * j.timeout_ms) * interval '1 millisecond'
 		       OR NOT EXISTS (SELECT 1 FROM %s w WHERE w.worker_id = j.claimed_proc
 		                      AND w.last_seen > now() - $2 * interval '1 millisecond')))
 		ORDER BY j.claimed_by = $1 DESC, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED`,
-		sc.tbl("_self_checks"), sc.tbl("_definitions"), sc.tbl("_workers")), wid, sc.cfg.WorkerTTL.Milliseconds()).
+		sc.tbl("_self_checks"), sc.tbl("_definitions"), sc.tbl("_workers")), wid, sc.cfg.WorkerTTL.Milliseconds(), pageBudgetBase.Milliseconds()).
 		Scan(&j.id, &j.def, &j.mode, &j.timeoutMS, &j.cursor, &j.divergences, &j.target)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil

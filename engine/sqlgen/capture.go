@@ -23,7 +23,7 @@ type Instance struct {
 }
 
 // Table is a catalog table of the instance, quoted.
-func (in Instance) Table(name string) string { return base.Ident(in.Schema) + "." + base.Ident(name) }
+func (in Instance) Table(name string) string { return base.Table(in.Schema, name) }
 
 // CaptureVersion changes whenever the generated capture code changes, so
 // the staging worker replaces stale bodies.
