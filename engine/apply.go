@@ -17,6 +17,15 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
+// Deriver re-derives keys of a definition: the compiled-plan cache and the
+// statements that lock ledger entries and write target rows.
+type Deriver struct {
+	*Env
+	cacheMu sync.Mutex
+	cache   map[int64]*compiledDef
+	plantJC joinCopies // the joinReadEarly fault's copies
+}
+
 // compiledDef is a definition's generated SQL (engine/sqlgen), cached by
 // (id, version) and the paused fields it was generated for.
 type compiledDef struct {
@@ -25,12 +34,12 @@ type compiledDef struct {
 	*sqlgen.Def
 }
 
-func (e *Engine) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
+func (e *Deriver) compiledFor(id, version int64, raw []byte) (*compiledDef, error) {
 	return e.compiledForPaused(id, version, raw, nil)
 }
 
 // compiledForPaused is compiledFor for a definition with paused columns.
-func (e *Engine) compiledForPaused(id, version int64, raw []byte, paused []string) (*compiledDef, error) {
+func (e *Deriver) compiledForPaused(id, version int64, raw []byte, paused []string) (*compiledDef, error) {
 	pk := strings.Join(paused, "\x00")
 	e.cacheMu.Lock()
 	cd := e.cache[id]
@@ -59,7 +68,7 @@ var errLockShort = fmt.Errorf("ledger lock incomplete; retrying")
 
 // applyKeys re-derives keys of one definition inside tx: lock the entries,
 // then, in the next statement, read the source live and write (§12.6).
-func (e *Engine) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys []string) error {
+func (e *Deriver) applyKeys(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -154,7 +163,7 @@ var plantCopyGen atomic.Int64
 // (in their own transaction, before this page's lock) once they are
 // joinReadEarly old. A dimension change in that window is read stale by
 // every re-derive, its own fan-out's among them.
-func (e *Engine) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (string, error) {
+func (e *Deriver) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (string, error) {
 	jc := &e.plantJC
 	jc.mu.Lock()
 	if jc.at == nil {
@@ -199,4 +208,24 @@ func (e *Engine) plantReadJoinsEarly(ctx context.Context, cd *compiledDef) (stri
 		e.plant.pageHook("read early " + cd.C.Spec.Target.Name)
 	}
 	return derive, nil
+}
+
+// pausedOf reads the paused fields of definitions, sorted by name.
+func (e *Deriver) pausedOf(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64][]string, error) {
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT definition_id, array_agg(column_name ORDER BY column_name)
+		FROM %s WHERE definition_id = ANY($1) GROUP BY 1`, e.tbl("_paused_columns")), ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64][]string{}
+	for rows.Next() {
+		var id int64
+		var cols []string
+		if err := rows.Scan(&id, &cols); err != nil {
+			return nil, err
+		}
+		out[id] = cols
+	}
+	return out, rows.Err()
 }

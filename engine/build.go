@@ -15,11 +15,16 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
+// Builder runs build tasks: plans, chunks, sweeps and heap builds.
+type Builder struct {
+	*Quarantine
+}
+
 // buildStep runs one open build task (plan or chunk) of a backfilling
 // definition in one transaction holding the task row's lock, like a page.
 // A task whose definition's fence is refused (a lifecycle statement holds
 // or waits for it) is left for later and another definition's is tried.
-func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
+func (e *Builder) buildStep(ctx context.Context, id string) (bool, error) {
 	conn, err := e.workers.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -38,7 +43,7 @@ func (e *Engine) buildStep(ctx context.Context, id string) (bool, error) {
 // buildTry runs, as worker id, the first open task of a definition not in
 // skip; refused is the task's definition when its fence was refused
 // (nothing done).
-func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, skip []int64) (did bool, refused int64, err error) {
+func (e *Builder) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, skip []int64) (did bool, refused int64, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, 0, err
@@ -77,7 +82,7 @@ func (e *Engine) buildTry(ctx context.Context, id string, conn *pgxpool.Conn, sk
 	return did, 0, err
 }
 
-func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) (bool, error) {
+func (e *Builder) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) (bool, error) {
 	t0 := time.Now()
 	serr := e.runTask(ctx, tx, taskID, defID, build, kind, lo, hi)
 	e.log.Debug("build task", "definition", defID, "kind", kind, "took", time.Since(t0), "err", serr)
@@ -99,7 +104,7 @@ func (e *Engine) runBuildTask(ctx context.Context, tx pgx.Tx, taskID, defID, bui
 	return false, serr
 }
 
-func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) error {
+func (e *Builder) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, kind string, lo, hi *string) error {
 	// Every lifecycle statement on this definition waits for this
 	// transaction (the fence): a locked-path chunk, a sweep or a fresh 1-1
 	// chunk stops after about its budget, records its cursor and leaves the
@@ -151,7 +156,7 @@ func (e *Engine) runTask(ctx context.Context, tx pgx.Tx, taskID, defID, build in
 // (rows_done, while open), so a lifecycle statement waits for one step,
 // never a whole-table walk, and a killed worker's successor goes on from
 // the last commit.
-func (e *Engine) planStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo *string, stepEnd time.Time) error {
+func (e *Builder) planStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo *string, stepEnd time.Time) error {
 	n, next, finished, err := e.plan(ctx, tx, cd, build, fresh, heap, lo, stepEnd)
 	if err != nil {
 		return err
@@ -182,7 +187,7 @@ func (e *Engine) planStep(ctx context.Context, tx pgx.Tx, taskID, defID, build i
 // chunkStep runs one build chunk over the key range (lo, hi]: read the
 // range's keys, then lock and re-derive them like a page, or (fresh, heap
 // and set-based rebuilds) one statement over the range.
-func (e *Engine) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo, hi *string, stepEnd time.Time) error {
+func (e *Builder) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build int64, cd *compiledDef, fresh, heap bool, lo, hi *string, stepEnd time.Time) error {
 	c := cd.C
 	var err error
 	if _, err := tx.Exec(ctx, "SELECT set_config('trellis.origin', 'unknown', true), set_config('trellis.hop', '1', true)"); err != nil {
@@ -249,7 +254,7 @@ func (e *Engine) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build 
 // re-derived slice by slice until the step's budget (until) is spent. more
 // says the step stopped early and recorded its cursor, so that the next
 // step goes on with (last applied key, hi].
-func (e *Engine) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, where string, args []any, stepEnd time.Time) (done int64, more bool, err error) {
+func (e *Builder) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, where string, args []any, stepEnd time.Time) (done int64, more bool, err error) {
 	c := cd.C
 	q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
 	until := stepEnd
@@ -283,7 +288,7 @@ func (e *Engine) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 // and ledger kept while they were paused. The ledger's SHARE lock waits out
 // and holds off pages writing this definition, so the statement after it
 // reads every committed entry; pages after it write the fields themselves.
-func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
+func (e *Builder) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
 	var cols []string
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT ARRAY(SELECT jsonb_array_elements_text(coalesce(status_detail -> 'refresh_columns', '[]')))
 		FROM %s WHERE id = $1`, e.tbl("_definitions")), cd.id).Scan(&cols); err != nil {
@@ -332,7 +337,7 @@ func (e *Engine) refreshStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *c
 // EXCLUSIVE and run one at a time. It returns stmt's rows, or -1 when stmt
 // failed on the data (an expression error, a row edited into the target by
 // hand): the chunk then takes the locked path, which isolates the keys.
-func (e *Engine) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, freshBuild int64, stmt func() (int64, error)) (int64, error) {
+func (e *Builder) setChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, freshBuild int64, stmt func() (int64, error)) (int64, error) {
 	agg := cd.C.Spec.IsAggregate()
 	mode := "SHARE"
 	if agg {
@@ -423,7 +428,7 @@ func underSavepoint(ctx context.Context, tx pgx.Tx, stmt func() (int64, error)) 
 // the target, so without it those members would never reach the target.
 // Reconciling touches only groups that differ and leaves paused fields as
 // they are; it also removes group rows edited into the target by hand.
-func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh, heap bool) error {
+func (e *Builder) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, fresh, heap bool) error {
 	c := cd.C
 	// A heap build's ledger has no writer left but its index task, whose
 	// SHARE lock a read shares: the two run side by side.
@@ -482,7 +487,7 @@ func (e *Engine) groupsStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 
 // taskDone closes a build task that keeps no count of rows (groups, index,
 // refresh, a finished sweep).
-func (e *Engine) taskDone(ctx context.Context, tx pgx.Tx, taskID int64) error {
+func (e *Builder) taskDone(ctx context.Context, tx pgx.Tx, taskID int64) error {
 	_, err := tx.Exec(ctx, fmt.Sprintf("UPDATE %s SET state = 'done', rows_done = 0 WHERE id = $1", e.tbl("_build_tasks")), taskID)
 	return err
 }
@@ -493,7 +498,7 @@ func (e *Engine) taskDone(ctx context.Context, tx pgx.Tx, taskID int64) error {
 // removed from status_detail and detail (a JSON object) merged in, the
 // build's tasks deleted but those another transaction holds (a superseded
 // build's tasks are never run). It reports whether it did.
-func (e *Engine) restartBuild(ctx context.Context, tx pgx.Tx, id, build int64, drop []string, detail, cond string) (bool, error) {
+func (e *Builder) restartBuild(ctx context.Context, tx pgx.Tx, id, build int64, drop []string, detail, cond string) (bool, error) {
 	if cond != "" {
 		cond = " AND " + cond
 	}
@@ -510,4 +515,69 @@ func (e *Engine) restartBuild(ctx context.Context, tx pgx.Tx, id, build int64, d
 	}
 	_, err = tx.Exec(ctx, "SELECT pg_notify($1, 'build')", e.channel("wake"))
 	return err == nil, err
+}
+
+// tryLive flips a finished build to live. The definition row is locked
+// first, and the check runs in a new statement, so two last chunks cannot
+// each see the other unfinished (H8).
+func (e *Builder) tryLive(ctx context.Context, q interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}, id, build int64) (bool, error) {
+	tx, err := q.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(ctx)
+	// Cheap check first: the fence below waits for every page holding the
+	// definition, and new pages defer its keys meanwhile.
+	var pending bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND kind = 'plan')
+		OR EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND state <> 'done')`, e.tbl("_build_tasks")), build).Scan(&pending); err != nil {
+		return false, err
+	}
+	if pending {
+		return false, nil
+	}
+	// The fence first, so pages cannot keep the row lock from us (fence.go).
+	if got, err := e.stagingFence(ctx, tx, id); err != nil || !got {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {
+		return false, err
+	}
+	// A truncate of a read table deferred during the build (a heap build
+	// defers every page) means a rebuild: start it instead of going live
+	// on entries the truncate emptied (resolveDeferred drops the deferred
+	// keys of a definition that is not applying; its rebuild covers them).
+	if restarted, err := e.restartBuild(ctx, tx, id, build, []string{"fresh_build", "heap_build", "refresh_columns"},
+		`{"rebuild_reason": "a truncate met it building"}`,
+		fmt.Sprintf("EXISTS (SELECT 1 FROM %s x WHERE x.definition_id = d.id AND x.whole)", e.tbl("_deferred"))); err != nil || restarted {
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		return false, err
+	}
+	// Entries kept for the fresh build's sake (H10) stay: harmless to pages
+	// (a non-member or a deleted key's entry is re-derived like any other),
+	// removed when a page next re-derives their key, and swept by a rebuild.
+	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'live', build_started_at = NULL,
+		  build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = nullif(coalesce(status_detail, '{}') - 'fresh_build' - 'heap_build' - 'classic_build' - 'refresh_columns', '{}')
+		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'
+		  AND EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND kind = 'plan')
+		  AND NOT EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND state <> 'done')`,
+		e.tbl("_definitions"), e.tbl("_build_tasks"), e.tbl("_build_tasks")), id, build)
+	if err != nil {
+		return false, err
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE build_id = $1", e.tbl("_build_tasks")), build); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'live')", e.channel("wake")); err != nil {
+		return false, err
+	}
+	return true, tx.Commit(ctx)
 }

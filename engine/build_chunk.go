@@ -17,7 +17,7 @@ import (
 // is applied again key by key under savepoints: failing keys are charged
 // and staged again (origin unknown), so one bad row is held like a drained
 // one instead of failing the build.
-func (e *Engine) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys []string, until time.Time) (int, error) {
+func (e *Builder) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, keys []string, until time.Time) (int, error) {
 	return e.applySlices(keys, until, func(slice []string) error {
 		if _, err := tx.Exec(ctx, "SAVEPOINT trellis_chunk"); err != nil {
 			return err
@@ -52,7 +52,7 @@ func (e *Engine) applyChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, key
 // deadline slices are PageSize keys; with one, the first is firstSliceKeys
 // and each next one what the time left allows at the pace so far, so a
 // step ends close to its budget.
-func (e *Engine) applySlices(keys []string, until time.Time, apply func([]string) error) (int, error) {
+func (e *Builder) applySlices(keys []string, until time.Time, apply func([]string) error) (int, error) {
 	size := e.cfg.PageSize
 	if !until.IsZero() {
 		size = firstSliceKeys

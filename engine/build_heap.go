@@ -21,7 +21,7 @@ import (
 // isolates them), nor while a
 // live process runs an older catalog format (its pages would write the
 // ledger), nor when the ledger's lock is not granted at once.
-func (e *Engine) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, classic bool) (bool, error) {
+func (e *Builder) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, classic bool) (bool, error) {
 	if classic || e.plant.classicBuilds {
 		return false, nil
 	}
@@ -75,7 +75,7 @@ func ledgerKeyIndex(ctx context.Context, q Querier, c *compiled) (index, constra
 // indexStep is a heap build's index task: the ledger's key index, built
 // once and sorted after the chunks, beside the groups task (both only
 // read the ledger), before the build goes live and pages come back.
-func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
+func (e *Builder) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef) error {
 	if err := e.ensureLedgerKey(ctx, tx, cd.C); err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (e *Engine) indexStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *com
 // build dropped it: in the heap build's index task, or when a build that
 // follows an interrupted heap build starts (its pages and locked-path
 // chunks lock entries through the index).
-func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) error {
+func (e *Builder) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) error {
 	if index, _, err := ledgerKeyIndex(ctx, tx, c); err != nil || index != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func (e *Engine) ensureLedgerKey(ctx context.Context, tx pgx.Tx, c *compiled) er
 // parallel). Rows that fail send the build back, in this transaction, to a
 // rebuild on the locked path, which isolates them (done = -1); the entries
 // other chunks committed stay and are re-derived by it.
-func (e *Engine) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
+func (e *Builder) heapChunk(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, q string, args []any) (int64, error) {
 	n, failed, err := underSavepoint(ctx, tx, execRows(ctx, tx, q, args))
 	if failed == nil {
 		return n, err

@@ -18,7 +18,7 @@ import (
 
 // freshChunkRows is the size of a fresh build's chunk: one set-based
 // statement per step, so bigger than a locked-path chunk.
-func (e *Engine) freshChunkRows(c *compiled, heap bool) int {
+func (e *Builder) freshChunkRows(c *compiled, heap bool) int {
 	if c.Spec.IsAggregate() && !heap {
 		// Aggregate chunks run one at a time (the other worker waits out
 		// its lock timeout on the ledger): fewer, bigger ones.
@@ -34,7 +34,7 @@ const planStepRows = 100_000
 // most planStepRows keys' worth; finished, it stopped at the current
 // maximum (later rows are captured), else next is where the following step
 // goes on. It returns the rows it planned.
-func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh, heap bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
+func (e *Builder) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, fresh, heap bool, lo *string, until time.Time) (n int64, next *string, finished bool, err error) {
 	c := cd.C
 	size := e.cfg.BuildChunkSize
 	if fresh {
@@ -112,7 +112,7 @@ func (e *Engine) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int
 // Stale statistics only make chunks uneven; the ranges still cover every
 // key. Nothing is planned without a histogram, or when its buckets are
 // bigger than a chunk.
-func (e *Engine) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, size int) (int64, *string, error) {
+func (e *Builder) planFromHistogram(ctx context.Context, tx pgx.Tx, cd *compiledDef, build int64, size int) (int64, *string, error) {
 	c := cd.C
 	k := c.Key[0]
 	// Every bound, rendered as a key (a histogram has at most 10,001).

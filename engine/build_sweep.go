@@ -21,7 +21,7 @@ import (
 // starts a rebuild after every read table's capture is current, which
 // re-derives every source key and sweeps ledger keys the source no longer
 // has (§12.8 request_backfill). Targets stay readable meanwhile.
-func (e *Engine) requestRebuild(ctx context.Context, q Querier, table string, reason string) ([]string, error) {
+func (e *Builder) requestRebuild(ctx context.Context, q Querier, table string, reason string) ([]string, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(`UPDATE %[1]s d SET status = 'waiting_to_backfill', version = version + 1,
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
 		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', $2::text)
@@ -38,7 +38,7 @@ func (e *Engine) requestRebuild(ctx context.Context, q Querier, table string, re
 // target rows no source row backs any more are deleted. A fresh build's
 // ledger holds only what pages wrote, so the sweep is skipped when empty,
 // and the build is marked fresh instead.
-func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error {
+func (e *Builder) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error {
 	var raw []byte
 	var classic bool
 	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT compiled, coalesce((status_detail ->> 'classic_build')::boolean, false) FROM %s WHERE id = $1",
@@ -105,7 +105,7 @@ func (e *Engine) addSweep(ctx context.Context, tx pgx.Tx, id, build int64) error
 // A step also stops when its budget (until) is spent, with the cursor after
 // the last key it re-derived; the target phase of a nullable identity,
 // which has no cursor, runs whole.
-func (e *Engine) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string, until time.Time) error {
+func (e *Builder) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, lo *string, until time.Time) error {
 	var phase *string
 	if err := tx.QueryRow(ctx, fmt.Sprintf("SELECT hi FROM %s WHERE id = $1", e.tbl("_build_tasks")), taskID).Scan(&phase); err != nil {
 		return err

@@ -55,7 +55,7 @@ func bulkBatchKeys(pageSize int) int { return bulkFactor * pageSize }
 // drainableBatchesSQL selects the batches whose buckets may be claimed:
 // every undrained batch before the first undrained truncate batch, or that
 // truncate batch alone once it is the oldest.
-func (e *Engine) drainableBatchesSQL() string {
+func (e *Drainer) drainableBatchesSQL() string {
 	return fmt.Sprintf(`SELECT b.seq, b.bucket_count, b.has_truncate, b.row_count FROM %[1]s b
 		WHERE b.state <> 'drained' AND b.seq <= coalesce((SELECT min(t.seq) FROM %[1]s t WHERE t.state <> 'drained' AND t.has_truncate), %[2]d)
 		  AND (NOT b.has_truncate OR b.seq = (SELECT min(o.seq) FROM %[1]s o WHERE o.state <> 'drained'))
@@ -66,13 +66,13 @@ func (e *Engine) drainableBatchesSQL() string {
 // function _drained_prefix): the newest batch before which every batch has
 // drained. The newest drained batch alone says nothing of the batches
 // before it.
-func (e *Engine) drainedSnapSQL() string {
+func (e *Drainer) drainedSnapSQL() string {
 	return fmt.Sprintf(`SELECT snap FROM %s WHERE seq = %s()`, e.tbl("_batches"), e.tbl("_drained_prefix"))
 }
 
 // pageKeys returns the page's keys past (at, ak) with their origin, hop and
 // ages, materialising a large bucket's keys on its first page.
-func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string) (pgx.Rows, error) {
+func (e *Drainer) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string) (pgx.Rows, error) {
 	keyed := pa.keyed
 	// A bucket holds at most its batch's keys: only a bulk batch's first
 	// pages count theirs (no extra query for the common small batch).
@@ -104,7 +104,7 @@ func (e *Engine) pageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak stri
 
 // logPageKeysSQL reads a page's keys from the change log: batch $1,
 // bucket $3 of $2, past ($4, $5), at most $6.
-func (e *Engine) logPageKeysSQL() string {
+func (e *Drainer) logPageKeysSQL() string {
 	return `SELECT c.src_table, k.key, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop),
 		  extract(epoch FROM clock_timestamp() - min(c.staged_at))::float8,
 		  extract(epoch FROM min(coalesce(c.origin_at, c.staged_at)))::float8,
@@ -123,7 +123,7 @@ func (e *Engine) logPageKeysSQL() string {
 // statement's log row (its keys in one array) is in the log, every later
 // batch's page unnested its million keys to throw them away (~0.9 s a page,
 // the side writer's p99 beside a bulk drain).
-func (e *Engine) batchKeysWindow(cond string) string {
+func (e *Drainer) batchKeysWindow(cond string) string {
 	return fmt.Sprintf(`FROM (SELECT c.* %s AND %s OFFSET 0) c
 		  CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)
 		WHERE true`, e.batchWindow(false), cond)
@@ -131,7 +131,7 @@ func (e *Engine) batchKeysWindow(cond string) string {
 
 // materializeKeys writes bucket pa's distinct keys, with what the page
 // query would compute for each, into _batch_keys and marks the bucket.
-func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) error {
+func (e *Drainer) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) error {
 	t0 := time.Now()
 	defer func() {
 		e.log.Debug("bucket keys materialised", "batch", pa.batch, "bucket", pa.bucket, "took", time.Since(t0))
@@ -154,103 +154,4 @@ func (e *Engine) materializeKeys(ctx context.Context, tx pgx.Tx, pa pageAt) erro
 	}
 	_, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET keyed = true WHERE batch_seq = $1 AND bucket = $2`, e.tbl("_batch_buckets")), pa.batch, pa.bucket)
 	return err
-}
-
-// keyRetirer retires materialised keys while this process runs the
-// staging worker, on a connection of its own, whenever retirement pokes it
-// (a batch drained) and every StagingInterval while keys are left: deleting
-// a drained bulk batch's millions of keys on the staging connection held
-// every seal behind it (a side writer's p99 ~1 s after a 1,000,000-key
-// drain). One retirer per staging worker, so one per database.
-func (e *Engine) keyRetirer(ctx context.Context) {
-	tick := time.NewTicker(e.cfg.StagingInterval)
-	defer tick.Stop()
-	left := true
-	for ctx.Err() == nil {
-		if left && !e.plant.keepLog {
-			done, err := e.retireKeysOnce(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil:
-				e.log.Debug("retiring materialised keys failed; retried", "err", err)
-			case err == nil:
-				left = !done
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-e.wakeKeys:
-			left = true
-		case <-tick.C:
-		}
-	}
-}
-
-// retireKeysOnce retires up to a few chunks of materialised keys on a pool
-// connection.
-func (e *Engine) retireKeysOnce(ctx context.Context) (done bool, err error) {
-	conn, err := e.workers.Acquire(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Release()
-	return e.retireBatchKeys(ctx, conn.Conn(), 4)
-}
-
-// retireBatchKeys deletes up to chunks×RetireChunk materialised keys of
-// drained batches (found through their keyed buckets), and any keys of
-// batches already retired; done when none are left. Every read is an
-// index range of a batch it retires: a scan of _batch_keys (a LIMIT over a
-// predicate the planner cannot estimate, such as batch_seq < a subquery)
-// walked the millions of keys of a bulk batch still draining on every pass
-// (when this ran on the staging connection, the seal waited that long: the
-// side writer's p50 grew with the bulk batch, 1 s beside 10,000,000 keys).
-func (e *Engine) retireBatchKeys(ctx context.Context, conn *pgx.Conn, chunks int) (done bool, err error) {
-	for {
-		var seqs []int64
-		if err := conn.QueryRow(ctx, e.retiringKeyBatchesSQL()).Scan(&seqs); err != nil {
-			return false, err
-		}
-		if len(seqs) == 0 {
-			return true, nil
-		}
-		for _, seq := range seqs {
-			for {
-				if chunks == 0 {
-					return false, nil
-				}
-				chunks--
-				tag, err := conn.Exec(ctx, e.retireKeyChunkSQL(), seq)
-				if err != nil {
-					return false, err
-				}
-				if tag.RowsAffected() < int64(e.cfg.RetireChunk) {
-					break // this batch's keys are gone
-				}
-			}
-		}
-	}
-}
-
-// retiringKeyBatchesSQL lists the batches whose materialised keys retire:
-// drained batches' keyed buckets with keys left, and the oldest keys' batch
-// when it is older than every batch row (retired). An index probe per
-// batch and one min bounded below the batches: the keys of a batch still
-// draining, visible or not, are never visited.
-func (e *Engine) retiringKeyBatchesSQL() string {
-	return fmt.Sprintf(`SELECT ARRAY(
-		  SELECT DISTINCT bb.batch_seq FROM %[1]s bb JOIN %[2]s b ON b.seq = bb.batch_seq
-		  WHERE bb.keyed AND b.state = 'drained' AND EXISTS (SELECT 1 FROM %[3]s k WHERE k.batch_seq = bb.batch_seq)
-		  UNION
-		  SELECT m FROM (SELECT min(k.batch_seq) AS m FROM %[3]s k
-		    WHERE k.batch_seq < (SELECT coalesce(min(seq), %[4]d) FROM %[2]s)) o WHERE m IS NOT NULL
-		  ORDER BY 1)`, e.tbl("_batch_buckets"), e.tbl("_batches"), e.tbl("_batch_keys"), int64(math.MaxInt64))
-}
-
-// retireKeyChunkSQL deletes up to RetireChunk keys of batch $1: equality
-// on the key's first column, in index order, so an index range whatever
-// the planner estimates.
-func (e *Engine) retireKeyChunkSQL() string {
-	return fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
-		SELECT k.ctid FROM %[1]s k WHERE k.batch_seq = $1
-		ORDER BY k.batch_seq, k.bucket, k.src_table, k.key LIMIT %[2]d))`, e.tbl("_batch_keys"), e.cfg.RetireChunk)
 }

@@ -12,17 +12,17 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 )
 
+// Capturer installs capture and checks the captured tables' health:
+// schemas, tampering, rewrites.
+type Capturer struct {
+	*Builder
+}
+
 // capturePlan is a table's capture as sqlgen renders it.
 type capturePlan = sqlgen.CapturePlan
 
-// inst names this instance for sqlgen: its catalog schema and, once
-// resolved, the workers' role.
-func (e *Engine) inst() sqlgen.Instance {
-	return sqlgen.Instance{Schema: e.cfg.Schema, Worker: e.workerRole()}
-}
-
 // captureHealthy reports whether the table carries our current capture.
-func (e *Engine) captureHealthy(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
+func (e *Capturer) captureHealthy(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
 	names := make([]string, len(sqlgen.CaptureEvents))
 	for i, ev := range sqlgen.CaptureEvents {
 		names[i] = e.inst().TriggerName(ev)
@@ -38,7 +38,7 @@ func (e *Engine) captureHealthy(ctx context.Context, conn *pgx.Conn, p *captureP
 // installCapture installs or replaces capture under a short lock_timeout.
 // The commit is the table's join fence (§12.3). ok=false: lock not granted,
 // retry next pass.
-func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *capturePlan) (ok bool, err error) {
+func (e *Capturer) installCapture(ctx context.Context, conn *pgx.Conn, p *capturePlan) (ok bool, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, err
@@ -115,7 +115,7 @@ func (e *Engine) installCapture(ctx context.Context, conn *pgx.Conn, p *captureP
 // §5.3): since when it waits, and the sessions holding a lock on the table
 // that conflicts with SHARE ROW EXCLUSIVE. Nothing cancels them; the next
 // install that commits clears it. A table that does not exist is no wait.
-func (e *Engine) recordCaptureWait(ctx context.Context, q Querier, table string) error {
+func (e *Capturer) recordCaptureWait(ctx context.Context, q Querier, table string) error {
 	_, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS w (table_name, operation, lock_mode, blockers)
 		SELECT $1, CASE WHEN EXISTS (SELECT 1 FROM %[2]s WHERE table_name = $1) THEN 'reinstall' ELSE 'install' END,
 		  'ShareRowExclusiveLock',
@@ -134,7 +134,7 @@ func (e *Engine) recordCaptureWait(ctx context.Context, q Querier, table string)
 }
 
 // uninstallCapture removes capture from a table no definition reads.
-func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table string) error {
+func (e *Capturer) uninstallCapture(ctx context.Context, conn *pgx.Conn, table string) error {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err
@@ -182,16 +182,12 @@ func (e *Engine) uninstallCapture(ctx context.Context, conn *pgx.Conn, table str
 	return tx.Commit(ctx)
 }
 
-func isLockTimeout(err error) bool {
-	return base.Code(err) == "55P03"
-}
-
 var _ = time.Second
 
 // ensureCapture makes every table defs read carry current capture,
 // installing (or repairing) it for about a second per pass; captured says
 // which tables do. steady is false when any did not.
-func (e *Engine) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defRow) (captured map[string]bool, steady bool, err error) {
+func (e *Capturer) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defRow) (captured map[string]bool, steady bool, err error) {
 	steady = true
 	captured = map[string]bool{}
 	plans := map[string]*capturePlan{}
@@ -250,7 +246,7 @@ func (e *Engine) ensureCapture(ctx context.Context, conn *pgx.Conn, defs []*defR
 
 // uninstallUnread removes capture from tables no definition reads any more;
 // acted says there was one.
-func (e *Engine) uninstallUnread(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+func (e *Capturer) uninstallUnread(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT table_name FROM %s ct WHERE NOT EXISTS
 		(SELECT 1 FROM %s r WHERE r.table_name = ct.table_name)`, e.tbl("_captured_tables"), e.tbl("_definition_reads")))
 	if err != nil {

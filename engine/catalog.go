@@ -10,7 +10,7 @@ import (
 // the engine's pool (catalog.Migrate): idempotent, and safe to run from
 // several processes at once.
 func (e *Engine) Migrate(ctx context.Context) error {
-	return catalog.Migrate(ctx, e.pool, e.cfg.Schema, e.cfg.TargetSchema)
+	return catalog.Migrate(ctx, e.w.pool, e.w.cfg.Schema, e.w.cfg.TargetSchema)
 }
 
 // IsCatalog reports whether schema holds a Trellis catalog (its instance
@@ -27,5 +27,7 @@ func LockCatalog(ctx context.Context, q Querier, schema string) error {
 	return catalog.LockCatalog(ctx, q, schema)
 }
 
-// fenceSchema holds this instance's fence relations (fence.go).
-func (e *Engine) fenceSchema() string { return catalog.FenceSchema(e.cfg.Schema) }
+// FormatVersion is the catalog format this build writes and expects. The
+// proxy's /readyz compares it with the catalog's (surface §16), so a fleet
+// member older than its catalog turns unready instead of misreading it.
+func FormatVersion() int { return catalog.FormatVersion }

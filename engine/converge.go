@@ -15,7 +15,7 @@ import (
 // caller's commit returned (§12.10). Any connection will do.
 func (e *Engine) WatermarkToken(ctx context.Context) (string, error) {
 	var t string
-	err := e.pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&t)
+	err := e.w.pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&t)
 	return t, err
 }
 
@@ -36,11 +36,11 @@ func (e *Engine) ConvergedAs(ctx context.Context, token, viewer string) (bool, e
 	if viewer != "" {
 		v = &viewer
 	}
-	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn, $2::name)", e.tbl("_converged"))
-	if e.plant.convergedIsDrained {
-		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND ($2::name IS NULL OR $2::name IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.tbl("_batches"))
+	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn, $2::name)", e.w.tbl("_converged"))
+	if e.w.plant.convergedIsDrained {
+		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND ($2::name IS NULL OR $2::name IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.w.tbl("_batches"))
 	}
-	err := e.pool.QueryRow(ctx, q, token, v).Scan(&ok)
+	err := e.w.pool.QueryRow(ctx, q, token, v).Scan(&ok)
 	if base.Code(err) == "22P02" {
 		return false, pgerr.Newf(pgerr.InvalidParameterValue, "malformed watermark token %q", token).WithClass("validation", "BadToken")
 	}
@@ -59,7 +59,7 @@ func (e *Engine) AwaitConvergedAs(ctx context.Context, token string, timeout tim
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
 	for first := true; ; first = false {
-		ch := e.drainedCh()
+		ch := e.w.drainedCh()
 		ok, err := e.ConvergedAs(ctx, token, viewer)
 		if err != nil {
 			return err
@@ -70,7 +70,7 @@ func (e *Engine) AwaitConvergedAs(ctx context.Context, token string, timeout tim
 		if first {
 			// The sealer may be backed off (idle): the waited-for rows are
 			// sealed now rather than at its next idle probe.
-			e.pokeSeal(ctx)
+			e.w.pokeSeal(ctx)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -112,7 +112,7 @@ type DefinitionStatus struct {
 
 // Status returns every definition's status.
 func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
-	rows, err := e.pool.Query(ctx, fmt.Sprintf(`
+	rows, err := e.w.pool.Query(ctx, fmt.Sprintf(`
 		SELECT d.id, d.compiled->'spec'->'target'->>'name', d.target_table, d.source_table, d.kind, d.status,
 		  coalesce(pg_get_userbyid(d.owner_role), d.owner_role::text), d.version,
 		  (SELECT u.target_table FROM %[2]s r JOIN %[1]s u ON u.target_table = r.table_name
@@ -123,8 +123,8 @@ func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
 		  coalesce((SELECT pf.error FROM %[6]s pf WHERE pf.definition_id = d.id),
 		    (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1)),
 		  EXISTS (SELECT 1 FROM %[5]s w WHERE w.last_seen > now() - $1::interval)
-		FROM %[1]s d ORDER BY d.id`, e.tbl("_definitions"), e.tbl("_definition_reads"), e.tbl("_build_tasks"),
-		e.tbl("_batch_buckets"), e.tbl("_workers"), e.tbl("_page_failures")), fmt.Sprintf("%d milliseconds", e.cfg.WorkerTTL.Milliseconds()))
+		FROM %[1]s d ORDER BY d.id`, e.w.tbl("_definitions"), e.w.tbl("_definition_reads"), e.w.tbl("_build_tasks"),
+		e.w.tbl("_batch_buckets"), e.w.tbl("_workers"), e.w.tbl("_page_failures")), fmt.Sprintf("%d milliseconds", e.w.cfg.WorkerTTL.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (e *Engine) StatusOf(ctx context.Context, target TableName) (*DefinitionSta
 		return nil, nil
 	}
 	var want string
-	if err := e.pool.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", target.Schema, target.Name).Scan(&want); err != nil {
+	if err := e.w.pool.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", target.Schema, target.Name).Scan(&want); err != nil {
 		return nil, err
 	}
 	for i := range all {

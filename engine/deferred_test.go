@@ -177,7 +177,7 @@ func TestPausingFailedSharesLocksOnlyThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := e.pauseFailing(ctx, tx); err != nil {
+	if err := e.w.pauseFailing(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	var n int64
@@ -217,8 +217,8 @@ func TestDeferredKeysStagedAgainAfterAnyDeferral(t *testing.T) {
 	fingerprint := func() string {
 		var fp string
 		var drained int64
-		if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.tbl("_definition_reads"), e.tbl("_captured_tables"),
-			e.tbl("_definitions"), e.tbl("_paused_columns"), e.tbl("_batches"), e.tbl("_deferred"))).Scan(&fp, &drained); err != nil {
+		if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.w.tbl("_definition_reads"), e.w.tbl("_captured_tables"),
+			e.w.tbl("_definitions"), e.w.tbl("_paused_columns"), e.w.tbl("_batches"), e.w.tbl("_deferred"))).Scan(&fp, &drained); err != nil {
 			t.Fatal(err)
 		}
 		return fp
@@ -227,7 +227,7 @@ func TestDeferredKeysStagedAgainAfterAnyDeferral(t *testing.T) {
 		SELECT id, 'public.s', '3' FROM trellis._definitions WHERE target_table = 'public.t1'`
 	exec(t, pool, deferKey)
 	before := fingerprint()
-	steady, err := e.fullPass(ctx, conn.Conn())
+	steady, err := e.w.fullPass(ctx, conn.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}

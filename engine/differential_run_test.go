@@ -32,7 +32,7 @@ type runningEngine struct {
 
 func (s *engineSet) start() *Engine {
 	e := New(s.pool, s.cfg)
-	e.plant = s.plant
+	e.w.plant = s.plant
 	if err := e.Migrate(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,14 +15,20 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
 
-func (e *Engine) wakeDrainers() {
+// Drainer runs drain workers: pages of sealed batches, fanned out to the
+// transforms that read them, and build and self-check steps between pages.
+type Drainer struct {
+	*Builder
+}
+
+func (e *Drainer) wakeDrainers() {
 	poke(e.wakeDrain)
 	e.signalDrained()
 }
 
 // drainLoop is one drain worker: pages of the oldest sealed batch first,
 // then build tasks, else sleep until woken (NOTIFY) or PollInterval.
-func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) error {
+func (e *Drainer) drainLoop(ctx context.Context, id string, buildsFirst bool) error {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
 		did, err := e.drainOnce(ctx, id, buildsFirst)
@@ -56,7 +63,7 @@ func (e *Engine) drainLoop(ctx context.Context, id string, buildsFirst bool) err
 	return nil
 }
 
-func (e *Engine) drainOnce(ctx context.Context, id string, buildsFirst bool) (bool, error) {
+func (e *Drainer) drainOnce(ctx context.Context, id string, buildsFirst bool) (bool, error) {
 	// Odd workers prefer build tasks so a steady write load cannot starve a
 	// build; even workers prefer pages so builds cannot starve convergence.
 	// Each step records its own state and detail when it claims its work
@@ -84,7 +91,7 @@ type pageKey struct {
 // applies one page of it in one transaction. The claim is the bucket row's
 // lock, held until commit: a dead worker's claim ends with its transaction,
 // and the cursor advances atomically with the writes it covers.
-func (e *Engine) drainPage(ctx context.Context, id string) (did bool, err error) {
+func (e *Drainer) drainPage(ctx context.Context, id string) (did bool, err error) {
 	t0 := time.Now()
 	defer func() {
 		if did || err != nil {
@@ -122,7 +129,7 @@ type bucketRef struct {
 // drainPageTry claims a bucket (the given one when only is set, for a probe)
 // and applies one page of it as worker id; it returns the bucket it worked
 // on.
-func (e *Engine) drainPageTry(ctx context.Context, id string, only *bucketRef) (bool, bucketRef, error) {
+func (e *Drainer) drainPageTry(ctx context.Context, id string, only *bucketRef) (bool, bucketRef, error) {
 	probe := only != nil
 	var ref bucketRef
 	conn, err := e.workers.Acquire(ctx)
@@ -194,7 +201,7 @@ type pageAt struct {
 // batchWindow is the FROM and WHERE of batch $1's log rows; keyed, each
 // row's keys as k.key (a row holds one key, a rederive's, or a statement's
 // keys in an array, capture's).
-func (e *Engine) batchWindow(keyed bool) string {
+func (e *Drainer) batchWindow(keyed bool) string {
 	unnest := ""
 	if keyed {
 		unnest = " CROSS JOIN LATERAL unnest(coalesce(c.keys, ARRAY[c.key])) AS k(key)"
@@ -207,7 +214,7 @@ func (e *Engine) batchWindow(keyed bool) string {
 		e.tbl("_change_log"), e.tbl("_batches"), unnest)
 }
 
-func (e *Engine) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool, waited *time.Duration) error {
+func (e *Drainer) applyPage(ctx context.Context, tx pgx.Tx, pa pageAt, probe bool, waited *time.Duration) error {
 	if err := setLockTimeout(ctx, tx, e.cfg.PageLockTimeout); err != nil {
 		return err
 	}
@@ -262,7 +269,7 @@ type pageTruncates struct {
 	hop     int16
 }
 
-func (e *Engine) readTruncates(ctx context.Context, tx pgx.Tx, batch int64) (pageTruncates, error) {
+func (e *Drainer) readTruncates(ctx context.Context, tx pgx.Tx, batch int64) (pageTruncates, error) {
 	var tr pageTruncates
 	rows, err := tx.Query(ctx, `SELECT c.src_table, bool_or(c.origin_lsn IS NULL), min(c.origin_lsn)::text, max(c.hop) `+
 		e.batchWindow(false)+` AND c.key IS NULL AND c.op = 'truncate' GROUP BY c.src_table ORDER BY 1`, batch)
@@ -300,7 +307,7 @@ type pageOrigin struct {
 
 // readPageKeys reads the page's keys past (at, ak) with each key's origin,
 // hop and age; waited becomes the oldest key's wait.
-func (e *Engine) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string, tr pageTruncates,
+func (e *Drainer) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak string, tr pageTruncates,
 	waited *time.Duration) ([]pageKey, map[pageKey]keyMeta, pageOrigin, error) {
 	po := pageOrigin{origin: tr.origin, unknown: tr.unknown, hop: tr.hop}
 	rows, err := e.pageKeys(ctx, tx, pa, at, ak)
@@ -346,7 +353,7 @@ func (e *Engine) readPageKeys(ctx context.Context, tx pgx.Tx, pa pageAt, at, ak 
 // applyPageShares applies the page's keys, grouped by table, to every
 // definition reading them, each definition's share on its own, under the
 // fence (§12.6 steps 2-3).
-func (e *Engine) applyPageShares(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pageKey, meta map[pageKey]keyMeta,
+func (e *Drainer) applyPageShares(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pageKey, meta map[pageKey]keyMeta,
 	tr pageTruncates, probe bool) error {
 	byTable := map[string][]pageKey{}
 	var tables []string
@@ -415,7 +422,7 @@ func (e *Engine) applyPageShares(ctx context.Context, tx pgx.Tx, pa pageAt, keys
 // finishPage moves the bucket's cursor past the page's last key (or keeps
 // it at (at, ak) for an empty page), and on the bucket's last page marks it
 // done and flips the batch when it was the last bucket (§12.6 step 5).
-func (e *Engine) finishPage(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pageKey, at, ak string) error {
+func (e *Drainer) finishPage(ctx context.Context, tx pgx.Tx, pa pageAt, keys []pageKey, at, ak string) error {
 	last := len(keys) < e.cfg.PageSize
 	lt, lk := &at, &ak
 	if len(keys) > 0 {
@@ -479,7 +486,7 @@ type skippedReader struct {
 // statement waits only for the pages already in flight. A definition seen applying here whose lock is skipped may have
 // been paused or dropped by then; deferring its keys is then harmless (the
 // staging worker drops them).
-func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, []skippedReader, error) {
+func (e *Drainer) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]readerDef, []skippedReader, error) {
 	// A heap build's definition is skipped (its keys deferred) without
 	// trying its fence: no page writes it until it is live (build.go).
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH cand AS (
@@ -566,7 +573,7 @@ func (e *Engine) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]rea
 // their least origin (NULL: unknown) and greatest hop, in the page's
 // transaction, so convergence keeps them pending; a truncate of the table
 // in this page marks the definition for a rebuild (whole).
-func (e *Engine) deferKeys(ctx context.Context, tx pgx.Tx, skipped []skippedReader, byTable map[string][]pageKey,
+func (e *Drainer) deferKeys(ctx context.Context, tx pgx.Tx, skipped []skippedReader, byTable map[string][]pageKey,
 	meta map[pageKey]keyMeta, truncated []string, tOrigin *string, tUnknown bool, tHop int16) error {
 	for _, s := range skipped {
 		var ts, ks, os []*string
@@ -610,7 +617,7 @@ func (e *Engine) deferKeys(ctx context.Context, tx pgx.Tx, skipped []skippedRead
 // again, dropped or left), so the pass that ran it is not steady: the keys
 // it moved changed what the pass fingerprinted, and a page may defer as
 // many again before the next pass.
-func (e *Engine) resolveDeferred(ctx context.Context, conn *pgx.Conn) (busy bool, err error) {
+func (e *Drainer) resolveDeferred(ctx context.Context, conn *pgx.Conn) (busy bool, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, err
@@ -669,22 +676,20 @@ func parseLSN(s string) uint64 {
 	return hi<<32 | lo
 }
 
-// pausedOf reads the paused fields of definitions, sorted by name.
-func (e *Engine) pausedOf(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64][]string, error) {
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT definition_id, array_agg(column_name ORDER BY column_name)
-		FROM %s WHERE definition_id = ANY($1) GROUP BY 1`, e.tbl("_paused_columns")), ids)
-	if err != nil {
-		return nil, err
+// minAt is the older of two original-write times (0: none).
+func minAt(cur, at float64) float64 {
+	if cur == 0 || (at > 0 && at < cur) {
+		return at
 	}
-	defer rows.Close()
-	out := map[int64][]string{}
-	for rows.Next() {
-		var id int64
-		var cols []string
-		if err := rows.Scan(&id, &cols); err != nil {
-			return nil, err
-		}
-		out[id] = cols
+	return cur
+}
+
+// originAtSetting renders the page's oldest original write for
+// trellis.origin_at (” when the page has none: its chained changes then
+// count from their own staging).
+func originAtSetting(at float64) string {
+	if at <= 0 {
+		return ""
 	}
-	return out, rows.Err()
+	return strconv.FormatFloat(at, 'f', 6, 64)
 }

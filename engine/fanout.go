@@ -30,7 +30,7 @@ import (
 // A truncate of a joined table stages every FROM key whose path reaches
 // it with non-NULL join values: each that may have had a match through
 // it, read after the truncate committed (a truncate batch is a fence).
-func (e *Engine) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta, truncate bool, ps pageShare) error {
+func (e *Drainer) fanOut(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta, truncate bool, ps pageShare) error {
 	c := d.cd.C
 	if truncate { // only the table itself is truncated, never an alternate-key log name
 		origin := ps.tOrigin

@@ -55,7 +55,7 @@ import (
 // in tx, waiting at most PageLockTimeout for pages in flight; false: a
 // client transaction holds it, so the step is left for a later pass
 // (staging never waits for another role's transaction).
-func (e *Engine) stagingFence(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+func (e *Env) stagingFence(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
 	if err := setLockTimeout(ctx, tx, e.cfg.PageLockTimeout); err != nil {
 		return false, err
 	}
@@ -66,7 +66,7 @@ func (e *Engine) stagingFence(ctx context.Context, tx pgx.Tx, id int64) (bool, e
 
 // tryFencesSQL renders the ids (a bigint[] expression) whose fences a page
 // or task took; mark: a build step's.
-func (e *Engine) tryFencesSQL(ids string, mark bool) string {
+func (e *Env) tryFencesSQL(ids string, mark bool) string {
 	m := "false"
 	if mark {
 		m = "true"

@@ -90,7 +90,7 @@ func goldenEach(t *testing.T, check func(t *testing.T, e *Engine, g goldenSpec))
 func TestGoldenGeneratedSQL(t *testing.T) {
 	ctx := context.Background()
 	goldenEach(t, func(t *testing.T, e *Engine, g goldenSpec) {
-		pool := e.pool
+		pool := e.w.pool
 		text := goldenRender(t, e, goldenTarget(t, g.define), g.pause)
 		if g.name == "nullable_identity_chain" {
 			// A 1-1 transform over an aggregate target: keyed by the
@@ -122,8 +122,8 @@ func TestGoldenCatalogSQL(t *testing.T) {
 // goldenNormalize replaces the workers' role, which is the test cluster's
 // superuser and so differs between machines.
 func goldenNormalize(e *Engine, text string) string {
-	text = strings.ReplaceAll(text, base.Ident(e.workerRole()), `"{{WORKER}}"`)
-	return strings.ReplaceAll(text, base.Lit(e.workerRole()), `'{{WORKER}}'`)
+	text = strings.ReplaceAll(text, base.Ident(e.w.workerRole()), `"{{WORKER}}"`)
+	return strings.ReplaceAll(text, base.Lit(e.w.workerRole()), `'{{WORKER}}'`)
 }
 
 func goldenTarget(t *testing.T, stmt string) string {
@@ -140,12 +140,12 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	t.Helper()
 	var id, version int64
 	var raw []byte
-	if err := e.pool.QueryRow(context.Background(), fmt.Sprintf(
-		"SELECT id, version, compiled FROM %s WHERE target_table = format('%%I.%%I', 'public', $1::text)", e.tbl("_definitions")),
+	if err := e.w.pool.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT id, version, compiled FROM %s WHERE target_table = format('%%I.%%I', 'public', $1::text)", e.w.tbl("_definitions")),
 		target).Scan(&id, &version, &raw); err != nil {
 		t.Fatal(err)
 	}
-	cd, err := e.compiledForPaused(id, version, raw, paused)
+	cd, err := e.w.compiledForPaused(id, version, raw, paused)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +159,13 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	tgt, led := c.Shapes()
 	section("target shape", goldenShape(tgt))
 	section("ledger shape", goldenShape(led))
-	p := e.inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
+	p := e.w.inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
 	// As installCapture resolves them.
-	if err := e.pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
+	if err := e.w.pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
 		p.KeyTypeNames()).Scan(&p.KeyTypes); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range e.inst().CaptureDDL(p) {
+	for i, s := range e.w.inst().CaptureDDL(p) {
 		section(fmt.Sprintf("capture %d", i+1), s)
 	}
 	section("lock insert", cd.LockInsert)
@@ -204,7 +204,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 
 // renderCatalogSQL renders a catalog script for e's instance.
 func (e *Engine) renderCatalogSQL(s string) string {
-	return catalog.Render(s, e.cfg.Schema, e.fenceSchema())
+	return catalog.Render(s, e.w.cfg.Schema, e.w.fenceSchema())
 }
 
 // goldenShape writes a table shape (_create_table's input) as a column

@@ -100,7 +100,7 @@ const applyingStatuses = `d.status IN ('waiting_to_backfill', 'backfilling', 'li
 // "Relations gone", hierarchies). It runs on the staging connection every
 // pass; it reads only catalogs, never rows. acted: it bound, paused or
 // rebuilt something (the pass is not steady).
-func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+func (e *Capturer) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
 	acted, err = e.bindReads(ctx, conn)
 	if err != nil {
 		return false, err
@@ -133,7 +133,7 @@ func (e *Engine) checkSchemas(ctx context.Context, conn *pgx.Conn) (acted bool, 
 // after the define) is waited for no longer than an install waits, and
 // bound at a later pass: the staging worker never waits for another role's
 // transaction (D21).
-func (e *Engine) bindReads(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+func (e *Capturer) bindReads(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, err
@@ -181,7 +181,7 @@ ORDER BY d.id`
 
 // checkTamper pauses every definition tamperSQL lists, with a
 // capture_failure naming the table.
-func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) {
+func (e *Capturer) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	if e.cfg.TestingTargetTriggers {
 		return false, nil
 	}
@@ -230,7 +230,7 @@ func (e *Engine) checkTamper(ctx context.Context, conn *pgx.Conn) (bool, error) 
 // TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER), possibly with values
 // changed and no trigger fired: its applying readers are rebuilt. A false
 // positive costs a rebuild, never correctness.
-func (e *Engine) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool, err error) {
+func (e *Capturer) checkRewrites(ctx context.Context, conn *pgx.Conn) (found bool, err error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT ct.table_name FROM %s ct JOIN pg_class c ON c.oid = ct.table_oid
 		WHERE ct.relfilenode IS NOT NULL AND c.relfilenode <> 0 AND c.relfilenode <> ct.relfilenode`, e.tbl("_captured_tables")))
 	if err != nil {
@@ -361,7 +361,7 @@ func describeProblem(target, table, owner string, tableProblem, name, oldType, n
 // statement: the pass's own reading may be stale by then (a column renamed
 // and renamed back, or the transform resumed, while this pass waited for
 // the lock), and a pause on stale evidence would stop a healthy transform.
-func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error {
+func (e *Capturer) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err
@@ -399,7 +399,7 @@ func (e *Engine) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error 
 
 // readProblems runs problemSQL for the definitions filter selects and
 // describes the first problem of each, in id order.
-func (e *Engine) readProblems(ctx context.Context, q Querier, filter string, args ...any) (map[int64]*captureFailure, []int64, error) {
+func (e *Capturer) readProblems(ctx context.Context, q Querier, filter string, args ...any) (map[int64]*captureFailure, []int64, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(problemSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), filter), args...)
 	if err != nil {
 		return nil, nil, err
@@ -430,7 +430,7 @@ func (e *Engine) readProblems(ctx context.Context, q Querier, filter string, arg
 }
 
 // triggerXmins reads the xmin of each capture trigger of table.
-func (e *Engine) triggerXmins(ctx context.Context, q Querier, table string) (map[string]string, error) {
+func (e *Capturer) triggerXmins(ctx context.Context, q Querier, table string) (map[string]string, error) {
 	names := make([]string, len(sqlgen.CaptureEvents))
 	for i, ev := range sqlgen.CaptureEvents {
 		names[i] = e.inst().TriggerName(ev)
@@ -450,7 +450,7 @@ func (e *Engine) triggerXmins(ctx context.Context, q Querier, table string) (map
 // "Disabled and re-enabled between passes"): any trigger row whose xmin is
 // not the one recorded at install. A first install, or a table recreated
 // since, is not tampering.
-func (e *Engine) captureTampered(ctx context.Context, conn Querier, table string) (bool, error) {
+func (e *Capturer) captureTampered(ctx context.Context, conn Querier, table string) (bool, error) {
 	var stored []byte
 	var sameOID bool
 	err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT trigger_xmins, table_oid = to_regclass($1)::oid FROM %s WHERE table_name = $1`,
@@ -481,7 +481,7 @@ func (e *Engine) captureTampered(ctx context.Context, conn Querier, table string
 }
 
 // recordInstall keeps the trigger xmins of an install, in its transaction.
-func (e *Engine) recordInstall(ctx context.Context, tx pgx.Tx, table string) error {
+func (e *Capturer) recordInstall(ctx context.Context, tx pgx.Tx, table string) error {
 	x, err := e.triggerXmins(ctx, tx, table)
 	if err != nil {
 		return err
@@ -496,10 +496,49 @@ func (e *Engine) recordInstall(ctx context.Context, tx pgx.Tx, table string) err
 // captureCurrent: ok when the table carries current, untampered capture.
 // A tampered one (disabled, dropped, replaced or re-enabled since our
 // install) is not current; its reinstall rebuilds the readers.
-func (e *Engine) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
+func (e *Capturer) captureCurrent(ctx context.Context, conn *pgx.Conn, p *capturePlan) (bool, error) {
 	tampered, err := e.captureTampered(ctx, conn, p.Table)
 	if err != nil || tampered {
 		return false, err
 	}
 	return e.captureHealthy(ctx, conn, p)
+}
+
+// pauseFailed pauses an applying definition with a capture_failure, unless
+// a client transaction holds it (left for a later pass, updateDefinition).
+func (e *Capturer) pauseFailed(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) (held bool, err error) {
+	raw, _ := json.Marshal(f)
+	return e.updateDefinition(ctx, conn, id, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
+		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), raw)
+}
+
+// updateDefinition runs update (its $1 is id) on a definition's row for the
+// staging worker, in a transaction of its own, behind the definition's
+// fence: a fence a client transaction holds (its owner's PAUSE, ALTER or
+// DROP still open) leaves the row for a later pass, and pages in flight are
+// waited for only under PageLockTimeout, so the staging worker, and with it
+// every role's seals, never waits for another role's transaction (D21).
+// held: the row was left.
+func (e *Capturer) updateDefinition(ctx context.Context, conn *pgx.Conn, id int64, update string, args ...any) (held bool, err error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.Background())
+	got, err := e.stagingFence(ctx, tx, id)
+	if err == nil && !got {
+		return true, nil
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, update, append([]any{id}, args...)...)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if leftForLater(ctx, conn, err) {
+		return true, nil
+	}
+	return false, err
 }

@@ -60,7 +60,7 @@ func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg Config, plant func(*Engi
 	}
 	// Diagnostics: keep every change-log row so a failure can show where a
 	// key's changes went (explainKeys).
-	e.plant.keepLog = os.Getenv("TRELLIS_KEEP_LOG") != ""
+	e.w.plant.keepLog = os.Getenv("TRELLIS_KEEP_LOG") != ""
 	if err := e.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg Config, plant func(*Engi
 	go func() { done <- e.Run(ctx) }()
 	// Run reads the workers' role first; tests that render capture by hand
 	// (newCapturePlan) need it, as the staging worker does.
-	for deadline := time.Now().Add(30 * time.Second); e.workerRole() == "" && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); e.w.workerRole() == "" && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stopped := false
@@ -97,7 +97,7 @@ func exec(t testing.TB, q Querier, sql string, args ...any) {
 
 func define(t testing.TB, e *Engine, spec Spec) *Defined {
 	t.Helper()
-	d, err := e.Define(context.Background(), e.pool, spec)
+	d, err := e.Define(context.Background(), e.w.pool, spec)
 	if err != nil {
 		t.Fatalf("define %s: %v", spec.Target.Name, err)
 	}

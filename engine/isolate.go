@@ -47,7 +47,7 @@ type pageShare struct {
 // its keys) under a savepoint. A poisonous error outside a probe and a
 // ledger lock cut short end the page (the probe, or a retry, handles them);
 // any other failure holds this definition alone.
-func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta,
+func (e *Drainer) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta,
 	probe, truncate bool, ps pageShare) error {
 	if len(ks) == 0 && !truncate {
 		return nil // nothing to apply: no savepoint round trips
@@ -113,7 +113,7 @@ func (e *Engine) applyShare(ctx context.Context, tx pgx.Tx, d readerDef, ks []pa
 	return nil
 }
 
-func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta, probe, truncate bool) error {
+func (e *Drainer) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []pageKey, meta map[pageKey]keyMeta, probe, truncate bool) error {
 	if truncate {
 		// Wait out and hold off build chunks writing this definition, so
 		// the DELETEs below see every committed entry and group (a row a
@@ -144,7 +144,7 @@ func (e *Engine) applyShareIn(ctx context.Context, tx pgx.Tx, d readerDef, ks []
 // failed attempts, with a named drain_failure (its deferred keys are then
 // dropped: RESUME rebuilds). A definition row another transaction holds is
 // left for a later pass.
-func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
+func (e *Drainer) pauseFailing(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, fmt.Sprintf(`WITH f AS (
 		  DELETE FROM %[1]s pf WHERE pf.attempts >= $1 AND pf.definition_id IN (
 		    -- Only the definitions to pause: an unfiltered FOR UPDATE would lock
@@ -171,37 +171,4 @@ func (e *Engine) pauseFailing(ctx context.Context, tx pgx.Tx) error {
 		e.log.Warn("transform paused: its share of a page failed on every attempt", "definition", id, "attempts", pageFailuresToPause)
 	}
 	return err
-}
-
-// stagingFailed isolates one definition's failing staging step (D21): the
-// definition is paused with a named capture_failure and the pass goes on, so
-// a definition whose target vanished (dropped in its defining transaction)
-// cannot stop the staging worker; PAUSE and DROP TRANSFORM still find it by
-// name. A failure of the session itself ends the pass as before.
-func (e *Engine) stagingFailed(ctx context.Context, conn *pgx.Conn, d *defRow, step string, serr error) error {
-	if conn.IsClosed() || ctx.Err() != nil || base.Transient(serr) {
-		return serr
-	}
-	e.log.Warn("a transform's staging step failed; the transform is paused", "definition", d.id, "target", d.c.TargetText,
-		"step", step, "sqlstate", base.Code(serr))
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'paused', version = version + 1,
-		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', jsonb_build_object(
-		    'kind', 'staging_failure', 'step', $2::text, 'error', $3::text, 'sqlstate', nullif($4::text, ''), 'at', now()))
-		WHERE id = $1 AND status IN ('waiting_to_backfill', 'backfilling', 'live')`, e.tbl("_definitions")),
-		d.id, step, step+": "+errMessage(serr), base.Code(serr)); err != nil {
-		if base.Transient(err) {
-			return nil // held by a client: the next pass tries again
-		}
-		return err
-	}
-	return tx.Commit(ctx)
 }

@@ -97,8 +97,8 @@ func newHzEnv(t *testing.T, plant plants) *hzEnv {
 	}
 	h := &hzHolds{armed: map[string]*hzHold{}}
 	e := New(pool, fastConfig())
-	e.plant = plant
-	e.plant.pageHook = h.hook
+	e.w.plant = plant
+	e.w.plant.pageHook = h.hook
 	runHooked(t, e)
 	t.Cleanup(func() { // before the engine stops (cleanups run last-in first)
 		h.mu.Lock()
@@ -178,7 +178,7 @@ func hazard(t *testing.T, plant plants, scenario func(h *hzEnv) string) {
 func TestJoinHazardFactRepointedAsDimensionChangesFactFirst(t *testing.T) {
 	hazard(t, plants{joinReadEarly: time.Nanosecond}, func(h *hzEnv) string {
 		stage := "locked hz_wide"
-		if h.e.plant.joinReadEarly > 0 {
+		if h.e.w.plant.joinReadEarly > 0 {
 			stage = "read early hz_wide"
 		}
 		hd := h.holds.arm(stage)
@@ -208,11 +208,11 @@ func TestJoinHazardFactRepointedAsDimensionChangesDimensionFirst(t *testing.T) {
 	hazard(t, plants{dropEveryNthKey: 1}, func(h *hzEnv) string {
 		hd := h.holds.arm("fanned out hz_wide")
 		exec(h.t, h.pool, `UPDATE hz_cust SET name = 'renamed' WHERE id = 3`)
-		if h.e.plant.dropEveryNthKey == 0 {
+		if h.e.w.plant.dropEveryNthKey == 0 {
 			hd.await(h.t, "the dimension update's fan-out")
 		}
 		exec(h.t, h.pool, `UPDATE hz_ord SET cust_id = 3 WHERE id = 1`)
-		if h.e.plant.dropEveryNthKey == 0 && !h.waitFor(func() bool {
+		if h.e.w.plant.dropEveryNthKey == 0 && !h.waitFor(func() bool {
 			return count(h.t, h.pool, `SELECT 1 FROM hz_wide WHERE id = 1 AND cust = 'renamed'`) > 0
 		}) {
 			hd.release.open()
@@ -263,13 +263,13 @@ func TestJoinHazardFanOutBeforeFactInsertSealed(t *testing.T) {
 		exec(h.t, fact, `INSERT INTO hz_ord VALUES (100, 6, 1000)`)
 		hd := h.holds.arm("fanned out hz_wide")
 		exec(h.t, h.pool, `UPDATE hz_cust SET name = 'renamed' WHERE id = 6`)
-		if h.e.plant.dropEveryNthKey == 0 {
+		if h.e.w.plant.dropEveryNthKey == 0 {
 			hd.await(h.t, "the dimension update's fan-out")
 		}
 		if err := fact.Commit(ctx); err != nil {
 			h.t.Fatal(err)
 		}
-		if h.e.plant.dropEveryNthKey == 0 && !h.waitFor(func() bool {
+		if h.e.w.plant.dropEveryNthKey == 0 && !h.waitFor(func() bool {
 			return count(h.t, h.pool, `SELECT 1 FROM hz_wide WHERE id = 100 AND cust = 'renamed'`) > 0
 		}) {
 			hd.release.open()

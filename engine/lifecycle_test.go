@@ -30,7 +30,7 @@ func storedStatus(t *testing.T, e *Engine, target string) (string, *captureFailu
 	var status string
 	var raw []byte
 	var version int64
-	err := e.pool.QueryRow(context.Background(), `SELECT status, status_detail -> 'capture_failure', version
+	err := e.w.pool.QueryRow(context.Background(), `SELECT status, status_detail -> 'capture_failure', version
 		FROM trellis._definitions WHERE compiled #>> '{spec,target,name}' = $1`, target).Scan(&status, &raw, &version)
 	if err != nil {
 		t.Fatalf("status of %s: %v", target, err)

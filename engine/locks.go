@@ -36,3 +36,7 @@ func setLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
 func leftForLater(ctx context.Context, conn *pgx.Conn, err error) bool {
 	return err != nil && base.Transient(err) && !conn.IsClosed() && ctx.Err() == nil
 }
+
+func isLockTimeout(err error) bool {
+	return base.Code(err) == "55P03"
+}

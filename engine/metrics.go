@@ -2,14 +2,7 @@ package engine
 
 import (
 	"time"
-
-	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 )
-
-// FormatVersion is the catalog format this build writes and expects. The
-// proxy's /readyz compares it with the catalog's (surface §16), so a fleet
-// member older than its catalog turns unready instead of misreading it.
-func FormatVersion() int { return catalog.FormatVersion }
 
 // Metrics receives the engine's in-process events, for the distributions a
 // person plots (surface §14); the proxy adapts it to Prometheus. Calls are on
@@ -35,9 +28,45 @@ func (noMetrics) PageDone(time.Duration, error)      {}
 func (noMetrics) BuildTaskDone(time.Duration, error) {}
 func (noMetrics) ChangeVisible(time.Duration)        {}
 
-func (e *Engine) metrics() Metrics {
+func (e *Env) metrics() Metrics {
 	if e.cfg.Metrics == nil {
 		return noMetrics{}
 	}
 	return e.cfg.Metrics
 }
+
+// TransformMetrics is implemented by a Config.Metrics that also keeps
+// per-transform figures (optional, so Metrics stays as other code
+// implements it). transform is the target's canonical name: one series per
+// transform, bounded by the catalog, never a key or a statement. Calls
+// follow commits only.
+type TransformMetrics interface {
+	// TransformPage follows a committed drain page, once per transform it
+	// re-derived keys for: how many, and the page's commit-to-visible
+	// latency (zero when the page did not measure one).
+	TransformPage(transform string, keys int, visible time.Duration)
+	// SelfCheckPage follows a saved self-check page of a target.
+	SelfCheckPage(transform string, took time.Duration, divergences int)
+	// TransformApplied follows a committed drain page, once per transform
+	// whose share of it applied: the changes applied (changed source keys
+	// of the page, a TRUNCATE counting one) and, for the last transform of
+	// a chain (one no transform reads), the end-to-end latency of the
+	// page's oldest change, from the original writer's transaction start,
+	// inherited down the chain, to visible here (zero when not measured).
+	TransformApplied(transform string, changes int, endToEnd time.Duration)
+}
+
+type noTransformMetrics struct{}
+
+func (e *Env) tMetrics() TransformMetrics {
+	if m, ok := e.cfg.Metrics.(TransformMetrics); ok {
+		return m
+	}
+	return noTransformMetrics{}
+}
+
+func (noTransformMetrics) TransformPage(string, int, time.Duration) {}
+
+func (noTransformMetrics) SelfCheckPage(string, time.Duration, int) {}
+
+func (noTransformMetrics) TransformApplied(string, int, time.Duration) {}

@@ -2,44 +2,9 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 )
-
-// TransformMetrics is implemented by a Config.Metrics that also keeps
-// per-transform figures (optional, so Metrics stays as other code
-// implements it). transform is the target's canonical name: one series per
-// transform, bounded by the catalog, never a key or a statement. Calls
-// follow commits only.
-type TransformMetrics interface {
-	// TransformPage follows a committed drain page, once per transform it
-	// re-derived keys for: how many, and the page's commit-to-visible
-	// latency (zero when the page did not measure one).
-	TransformPage(transform string, keys int, visible time.Duration)
-	// SelfCheckPage follows a saved self-check page of a target.
-	SelfCheckPage(transform string, took time.Duration, divergences int)
-	// TransformApplied follows a committed drain page, once per transform
-	// whose share of it applied: the changes applied (changed source keys
-	// of the page, a TRUNCATE counting one) and, for the last transform of
-	// a chain (one no transform reads), the end-to-end latency of the
-	// page's oldest change, from the original writer's transaction start,
-	// inherited down the chain, to visible here (zero when not measured).
-	TransformApplied(transform string, changes int, endToEnd time.Duration)
-}
-
-type noTransformMetrics struct{}
-
-func (noTransformMetrics) TransformPage(string, int, time.Duration)    {}
-func (noTransformMetrics) SelfCheckPage(string, time.Duration, int)    {}
-func (noTransformMetrics) TransformApplied(string, int, time.Duration) {}
-
-func (e *Engine) tMetrics() TransformMetrics {
-	if m, ok := e.cfg.Metrics.(TransformMetrics); ok {
-		return m
-	}
-	return noTransformMetrics{}
-}
 
 // pageTally counts, within one drain page's transaction, the keys each
 // transform re-derived (applyKeys); the page reports it after its commit,
@@ -92,24 +57,6 @@ func countApplied(ctx context.Context, d readerDef, ks []pageKey, meta map[pageK
 	}
 }
 
-// minAt is the older of two original-write times (0: none).
-func minAt(cur, at float64) float64 {
-	if cur == 0 || (at > 0 && at < cur) {
-		return at
-	}
-	return cur
-}
-
-// originAtSetting renders the page's oldest original write for
-// trellis.origin_at (” when the page has none: its chained changes then
-// count from their own staging).
-func originAtSetting(at float64) string {
-	if at <= 0 {
-		return ""
-	}
-	return strconv.FormatFloat(at, 'f', 6, 64)
-}
-
 // countRederived adds n keys re-derived for transform to the page's tally
 // (nothing outside a drain page: builds and probes' retries count apart).
 func countRederived(ctx context.Context, transform string, n int) {
@@ -126,7 +73,7 @@ func countRederived(ctx context.Context, transform string, n int) {
 }
 
 // report hands a committed page's tally to the metrics.
-func (e *Engine) reportTally(t *pageTally, waited time.Duration, t0 time.Time) {
+func (e *Deriver) reportTally(t *pageTally, waited time.Duration, t0 time.Time) {
 	var visible time.Duration
 	if waited > 0 {
 		visible = waited + time.Since(t0) // as ChangeVisible

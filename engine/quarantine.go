@@ -14,6 +14,12 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
 
+// Quarantine finds the keys and columns that make a page or build step
+// fail, and holds them apart (per transform).
+type Quarantine struct {
+	*Deriver
+}
+
 // Quarantine (engine spec §12.12, surface §6, §13 fuses).
 const (
 	// deathsToPoison is how many failing re-derivations hold a key for one
@@ -76,7 +82,7 @@ func errMessage(err error) string {
 // skipped changes stay pending for convergence. Outside a probe it also
 // clears the death counts of the page's keys: a page that commits applied
 // them cleanly.
-func (e *Engine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, keys []pageKey, meta map[pageKey]keyMeta, probe bool) (map[int64]map[pageKey]bool, error) {
+func (e *Quarantine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, keys []pageKey, meta map[pageKey]keyMeta, probe bool) (map[int64]map[pageKey]bool, error) {
 	if len(keys) == 0 || len(defs) == 0 {
 		return nil, nil
 	}
@@ -136,7 +142,7 @@ func (e *Engine) poisonedKeys(ctx context.Context, tx pgx.Tx, defs []readerDef, 
 // fails with a poisonous error it re-derives each key under its own
 // savepoint, keeps the ones that apply and charges the ones that fail alone
 // (§12.12 isolate, count, evict). Transient and halting errors end the page.
-func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []pageKey, meta map[pageKey]keyMeta) error {
+func (e *Quarantine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []pageKey, meta map[pageKey]keyMeta) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -201,7 +207,7 @@ func (e *Engine) probeApply(ctx context.Context, tx pgx.Tx, d readerDef, keys []
 // attributeColumn evaluates each unpaused field of a 1-1 definition alone
 // for a key that failed, and names the first that raises (§12.12 "the probe
 // can also evaluate each compiled field alone").
-func (e *Engine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef, f *keyFailure) error {
+func (e *Quarantine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef, f *keyFailure) error {
 	if cd.C.Spec.IsAggregate() || len(cd.FieldProbe) == 0 {
 		return nil
 	}
@@ -237,7 +243,7 @@ func (e *Engine) attributeColumn(ctx context.Context, tx pgx.Tx, cd *compiledDef
 // chargeColumns records failing rows per (definition, column); a column
 // with 5 distinct failing rows is paused: it is no longer written and keeps
 // its values (surface §6.1). Its keys then apply without it.
-func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, failed []keyFailure) error {
+func (e *Quarantine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, failed []keyFailure) error {
 	cols := map[string]bool{}
 	for _, f := range failed {
 		if f.column == "" {
@@ -276,7 +282,7 @@ func (e *Engine) chargeColumns(ctx context.Context, tx pgx.Tx, cd *compiledDef, 
 }
 
 // clearDeaths forgets the death counts of keys a definition applied cleanly.
-func (e *Engine) clearDeaths(ctx context.Context, tx pgx.Tx, def int64, keys []pageKey) error {
+func (e *Quarantine) clearDeaths(ctx context.Context, tx pgx.Tx, def int64, keys []pageKey) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -295,7 +301,7 @@ func (e *Engine) clearDeaths(ctx context.Context, tx pgx.Tx, def int64, keys []p
 // below it the key is staged again (a 'rederive' row with the key's origin,
 // so convergence stays pending) and retried in a later batch. Five held keys
 // quarantine the definition.
-func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef, failed []keyFailure, meta map[pageKey]keyMeta) error {
+func (e *Quarantine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef, failed []keyFailure, meta map[pageKey]keyMeta) error {
 	poisoned := 0
 	for _, f := range failed {
 		m := meta[pageKey{f.table, f.key}]
@@ -379,7 +385,7 @@ func (e *Engine) chargeFailures(ctx context.Context, tx pgx.Tx, cd *compiledDef,
 // chargeBuildFailure records a failed build task: attempts, last error and
 // SQLSTATE, the next attempt; the fifth charged attempt pauses the
 // definition with a backfill_failure (surface §5.2, §13).
-func (e *Engine) chargeBuildFailure(ctx context.Context, taskID, defID, build int64, serr error) {
+func (e *Quarantine) chargeBuildFailure(ctx context.Context, taskID, defID, build int64, serr error) {
 	tx, err := e.workers.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		e.log.Warn("recording a build failure", "definition", defID, "err", err)

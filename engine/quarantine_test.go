@@ -382,7 +382,7 @@ func TestQuarantineChargeAfterHoldIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer first.Rollback(context.Background())
-	if err := e.chargeFailures(ctx, first, cd, failed, meta); err != nil {
+	if err := e.w.chargeFailures(ctx, first, cd, failed, meta); err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan error, 1)
@@ -393,7 +393,7 @@ func TestQuarantineChargeAfterHoldIsDropped(t *testing.T) {
 			return
 		}
 		defer tx.Rollback(context.Background())
-		if err := e.chargeFailures(ctx, tx, cd, failed, meta); err != nil {
+		if err := e.w.chargeFailures(ctx, tx, cd, failed, meta); err != nil {
 			second <- err
 			return
 		}

@@ -2,13 +2,20 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 )
+
+// Stager is the staging worker: it seals batches, installs capture,
+// verifies catalog rows, starts builds and retires drained rows.
+type Stager struct {
+	*Drainer
+	cap *Capturer
+}
 
 // stagingKey reads the staging singleton's advisory key. It is random and
 // only the workers' role can read it; any role can still see it in
@@ -16,7 +23,7 @@ import (
 // session ends. A standby that finds the key held by a backend of another
 // role replaces it (rotateStagingKey): the next holder is a worker again,
 // after one takeover interval, however often a tenant repeats this.
-func (e *Engine) stagingKey(ctx context.Context, conn *pgx.Conn) (int64, error) {
+func (e *Stager) stagingKey(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	var key int64
 	err := conn.QueryRow(ctx, fmt.Sprintf("SELECT key FROM %s", e.tbl("_staging_key"))).Scan(&key)
 	return key, err
@@ -24,7 +31,7 @@ func (e *Engine) stagingKey(ctx context.Context, conn *pgx.Conn) (int64, error) 
 
 // rotateStagingKey replaces the key old if a backend outside the workers'
 // role holds it, and reports whether it did.
-func (e *Engine) rotateStagingKey(ctx context.Context, conn *pgx.Conn, old int64) (bool, error) {
+func (e *Stager) rotateStagingKey(ctx context.Context, conn *pgx.Conn, old int64) (bool, error) {
 	tag, err := conn.Exec(ctx, fmt.Sprintf(`UPDATE %s SET key = ('x' || substr(md5(gen_random_uuid()::text), 1, 16))::bit(64)::int8,
 		  rotations = rotations + 1
 		WHERE key = $1 AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -40,7 +47,7 @@ func (e *Engine) rotateStagingKey(ctx context.Context, conn *pgx.Conn, old int64
 // stagingCandidate competes for the instance's staging lock (§12.11) on a
 // dedicated connection and, while holding it, does the staging work on that
 // same connection, so a dead connection stops the work and frees the lock.
-func (e *Engine) stagingCandidate(ctx context.Context) error {
+func (e *Stager) stagingCandidate(ctx context.Context) error {
 	for ctx.Err() == nil {
 		err := e.stagingSession(ctx)
 		if ctx.Err() != nil {
@@ -54,7 +61,7 @@ func (e *Engine) stagingCandidate(ctx context.Context) error {
 	return nil
 }
 
-func (e *Engine) stagingSession(ctx context.Context) error {
+func (e *Stager) stagingSession(ctx context.Context) error {
 	cc := e.workers.Config().ConnConfig.Copy()
 	cc.RuntimeParams["application_name"] = "trellis-staging " + e.cfg.ProcessID
 	// The server frees the lock within seconds when this host disappears.
@@ -117,7 +124,7 @@ func (e *Engine) stagingSession(ctx context.Context) error {
 // woken at once by a waiter (AwaitConverged), a drained batch (chained
 // targets) or a "seal" notice. Writers never notify (a NOTIFY per commit
 // would serialize commits on the notify queue lock).
-func (e *Engine) stage(ctx context.Context, conn *pgx.Conn) error {
+func (e *Stager) stage(ctx context.Context, conn *pgx.Conn) error {
 	e.stagingHeld.Store(true)
 	defer e.stagingHeld.Store(false)
 	kctx, stopKeys := context.WithCancel(ctx)
@@ -203,63 +210,6 @@ func (p *sealPacer) next(r sealResult) time.Duration {
 
 func (p *sealPacer) wake() { p.cur, p.empty = p.base, 0 }
 
-// pokeSeal asks the staging worker to seal now: in process when it runs
-// here, else by a notice (one per waiter, never per write).
-func (e *Engine) pokeSeal(ctx context.Context) {
-	if e.stagingHeld.Load() {
-		poke(e.wakeSeal)
-		return
-	}
-	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, '')", e.channel("seal")); err != nil && ctx.Err() == nil {
-		e.log.Debug("seal notice failed", "err", err)
-	}
-}
-
-type defRow struct {
-	id      int64
-	status  string
-	buildID *int64
-	c       *compiled
-	reads   []readRow
-}
-
-type readRow struct {
-	table string
-	role  string
-}
-
-func (e *Engine) loadDefinitions(ctx context.Context, q Querier, where string) ([]*defRow, error) {
-	rows, err := q.Query(ctx, fmt.Sprintf(`SELECT d.id, d.status, d.build_id, d.compiled,
-		  coalesce((SELECT jsonb_agg(jsonb_build_array(r.table_name, r.role)) FROM %s r WHERE r.definition_id = d.id), '[]')
-		FROM %s d %s ORDER BY d.id`, e.tbl("_definition_reads"), e.tbl("_definitions"), where))
-	if err != nil {
-		return nil, err
-	}
-	var out []*defRow
-	for rows.Next() {
-		d := &defRow{c: &compiled{}}
-		var raw, reads []byte
-		if err := rows.Scan(&d.id, &d.status, &d.buildID, &raw, &reads); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if err := json.Unmarshal(raw, d.c); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		var rr [][2]string
-		if err := json.Unmarshal(reads, &rr); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		for _, r := range rr {
-			d.reads = append(d.reads, readRow{r[0], r[1]})
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
-}
-
 // passState carries what the last staging pass learned, so a periodic pass
 // over an unchanged, healthy instance costs one read-only statement (B9).
 type passState struct {
@@ -313,7 +263,7 @@ SELECT md5(concat_ws('|',
 // seal timer; woken passes (define, drop, resume, build, live notices) and
 // one pass every fullPassEvery run in full and seal. probed: it sealed (or
 // probed) and res says what it found.
-func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn, st *passState, force bool) (res sealResult, probed bool, err error) {
+func (e *Stager) stagingPass(ctx context.Context, conn *pgx.Conn, st *passState, force bool) (res sealResult, probed bool, err error) {
 	var fp string
 	var drainedSeq int64
 	if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.tbl("_definition_reads"), e.tbl("_captured_tables"),
@@ -347,7 +297,7 @@ func (e *Engine) stagingPass(ctx context.Context, conn *pgx.Conn, st *passState,
 // fullPass: schema checks, capture installs, build starts, live flips and
 // uninstalls. steady reports that it found nothing to do and nothing in
 // flight: every definition live, every capture current, no schema problem.
-func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err error) {
+func (e *Stager) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err error) {
 	// Rows the workers have not verified are not acted on (verify.go).
 	verifiedActed, err := e.verifyDefinitions(ctx, conn)
 	if err != nil {
@@ -370,7 +320,7 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		steady = false
 	}
 	// Schema changes under applying definitions pause exactly those (§12.9).
-	if acted, err := e.checkSchemas(ctx, conn); err != nil {
+	if acted, err := e.cap.checkSchemas(ctx, conn); err != nil {
 		e.log.Warn("capture health check failed", "err", err)
 		if conn.IsClosed() {
 			return false, err
@@ -390,7 +340,7 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		}
 	}
 	// Capture every read table (sources and upstream targets).
-	captured, capSteady, err := e.ensureCapture(ctx, conn, defs)
+	captured, capSteady, err := e.cap.ensureCapture(ctx, conn, defs)
 	if err != nil {
 		return false, err
 	}
@@ -437,7 +387,7 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 		steady = false
 	}
 	// Capture no reader needs any more.
-	if acted, err := e.uninstallUnread(ctx, conn); err != nil {
+	if acted, err := e.cap.uninstallUnread(ctx, conn); err != nil {
 		return false, err
 	} else if acted {
 		steady = false
@@ -446,7 +396,7 @@ func (e *Engine) fullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 }
 
 // startBuild moves a definition to backfilling with a plan task (§12.8 step 3).
-func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error {
+func (e *Stager) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err
@@ -492,73 +442,8 @@ func (e *Engine) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error
 	return err
 }
 
-// tryLive flips a finished build to live. The definition row is locked
-// first, and the check runs in a new statement, so two last chunks cannot
-// each see the other unfinished (H8).
-func (e *Engine) tryLive(ctx context.Context, q interface {
-	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-}, id, build int64) (bool, error) {
-	tx, err := q.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(ctx)
-	// Cheap check first: the fence below waits for every page holding the
-	// definition, and new pages defer its keys meanwhile.
-	var pending bool
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT NOT EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND kind = 'plan')
-		OR EXISTS (SELECT 1 FROM %[1]s WHERE build_id = $1 AND state <> 'done')`, e.tbl("_build_tasks")), build).Scan(&pending); err != nil {
-		return false, err
-	}
-	if pending {
-		return false, nil
-	}
-	// The fence first, so pages cannot keep the row lock from us (fence.go).
-	if got, err := e.stagingFence(ctx, tx, id); err != nil || !got {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT 1 FROM %s WHERE id = $1 FOR UPDATE", e.tbl("_definitions")), id); err != nil {
-		return false, err
-	}
-	// A truncate of a read table deferred during the build (a heap build
-	// defers every page) means a rebuild: start it instead of going live
-	// on entries the truncate emptied (resolveDeferred drops the deferred
-	// keys of a definition that is not applying; its rebuild covers them).
-	if restarted, err := e.restartBuild(ctx, tx, id, build, []string{"fresh_build", "heap_build", "refresh_columns"},
-		`{"rebuild_reason": "a truncate met it building"}`,
-		fmt.Sprintf("EXISTS (SELECT 1 FROM %s x WHERE x.definition_id = d.id AND x.whole)", e.tbl("_deferred"))); err != nil || restarted {
-		if err == nil {
-			err = tx.Commit(ctx)
-		}
-		return false, err
-	}
-	// Entries kept for the fresh build's sake (H10) stay: harmless to pages
-	// (a non-member or a deleted key's entry is re-derived like any other),
-	// removed when a page next re-derives their key, and swept by a rebuild.
-	tag, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'live', build_started_at = NULL,
-		  build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = nullif(coalesce(status_detail, '{}') - 'fresh_build' - 'heap_build' - 'classic_build' - 'refresh_columns', '{}')
-		WHERE id = $1 AND build_id = $2 AND status = 'backfilling'
-		  AND EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND kind = 'plan')
-		  AND NOT EXISTS (SELECT 1 FROM %s WHERE build_id = $2 AND state <> 'done')`,
-		e.tbl("_definitions"), e.tbl("_build_tasks"), e.tbl("_build_tasks")), id, build)
-	if err != nil {
-		return false, err
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE build_id = $1", e.tbl("_build_tasks")), build); err != nil {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, 'live')", e.channel("wake")); err != nil {
-		return false, err
-	}
-	return true, tx.Commit(ctx)
-}
-
 // seal closes a batch if new log rows became visible (§12.4).
-func (e *Engine) seal(ctx context.Context, conn *pgx.Conn) (sealResult, error) {
+func (e *Stager) seal(ctx context.Context, conn *pgx.Conn) (sealResult, error) {
 	// Read-only probe first: an idle instance writes nothing. While two
 	// batches wait, sealing more only adds per-page overhead: let the next
 	// batch grow instead (bigger batches also get 8 buckets, drained in parallel).
@@ -635,7 +520,7 @@ RETURNING batch_seq`, e.tbl("_batches"), e.tbl("_change_log"), e.tbl("_batch_buc
 // retire deletes log rows applied by the drained prefix (the newest batch
 // before which every batch drained: batches drain out of order, bulk.go),
 // and batch rows older than it (§12.11, H5). done: nothing left to retire for it.
-func (e *Engine) retire(ctx context.Context, conn *pgx.Conn) (done bool, err error) {
+func (e *Stager) retire(ctx context.Context, conn *pgx.Conn) (done bool, err error) {
 	if e.plant.keepLog {
 		return true, nil
 	}
@@ -661,4 +546,37 @@ DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(
 	// is that batch's window's lower edge.
 	_, err = conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE state = 'drained' AND seq < %s()`, e.tbl("_batches"), e.tbl("_drained_prefix")))
 	return done && err == nil, err
+}
+
+// stagingFailed isolates one definition's failing staging step (D21): the
+// definition is paused with a named capture_failure and the pass goes on, so
+// a definition whose target vanished (dropped in its defining transaction)
+// cannot stop the staging worker; PAUSE and DROP TRANSFORM still find it by
+// name. A failure of the session itself ends the pass as before.
+func (e *Stager) stagingFailed(ctx context.Context, conn *pgx.Conn, d *defRow, step string, serr error) error {
+	if conn.IsClosed() || ctx.Err() != nil || base.Transient(serr) {
+		return serr
+	}
+	e.log.Warn("a transform's staging step failed; the transform is paused", "definition", d.id, "target", d.c.TargetText,
+		"step", step, "sqlstate", base.Code(serr))
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s SET status = 'paused', version = version + 1,
+		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
+		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', jsonb_build_object(
+		    'kind', 'staging_failure', 'step', $2::text, 'error', $3::text, 'sqlstate', nullif($4::text, ''), 'at', now()))
+		WHERE id = $1 AND status IN ('waiting_to_backfill', 'backfilling', 'live')`, e.tbl("_definitions")),
+		d.id, step, step+": "+errMessage(serr), base.Code(serr)); err != nil {
+		if base.Transient(err) {
+			return nil // held by a client: the next pass tries again
+		}
+		return err
+	}
+	return tx.Commit(ctx)
 }

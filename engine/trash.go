@@ -26,7 +26,7 @@ import (
 
 // emptyTrash drops the trash schemas that are due. remaining reports trash
 // left for a later pass.
-func (e *Engine) emptyTrash(ctx context.Context, conn *pgx.Conn) (remaining bool, err error) {
+func (e *Stager) emptyTrash(ctx context.Context, conn *pgx.Conn) (remaining bool, err error) {
 	rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT schema_name::text, coalesce(next_attempt_at, '-infinity') <= now()
 		FROM %s ORDER BY dropped_at`, e.tbl("_trash")))
 	if err != nil {
@@ -66,7 +66,7 @@ func (e *Engine) emptyTrash(ctx context.Context, conn *pgx.Conn) (remaining bool
 }
 
 // dropTrash drops one trash schema and its tables, and forgets it.
-func (e *Engine) dropTrash(ctx context.Context, conn *pgx.Conn, schema string) error {
+func (e *Stager) dropTrash(ctx context.Context, conn *pgx.Conn, schema string) error {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return err

@@ -46,7 +46,7 @@ func sameCompiled(raw []byte, c *compiled) (bool, error) {
 // (see the top of this file) and pauses those whose row does not match
 // their statement. It runs on the staging connection at the start of
 // every full pass. acted: it verified or paused something.
-func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
+func (e *Stager) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted bool, err error) {
 	type row struct {
 		id     int64
 		stmt   string
@@ -77,7 +77,7 @@ func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted b
 		}
 		acted = true
 		if why == "" {
-			if _, err := e.updateDefinition(ctx, conn, d.id, fmt.Sprintf(`UPDATE %s SET verified = true
+			if _, err := e.cap.updateDefinition(ctx, conn, d.id, fmt.Sprintf(`UPDATE %s SET verified = true
 				WHERE id = $1 AND definition_sql = $2 AND compiled = $3::jsonb`, e.tbl("_definitions")), d.stmt, d.raw); err != nil {
 				return acted, err
 			}
@@ -87,7 +87,7 @@ func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted b
 			Error: fmt.Sprintf("the catalog row of transform %s does not match its statement as the workers compile it: %s; the workers do not run it", d.target, why),
 			Remedy: fmt.Sprintf("define the transform through the proxy (PAUSE TRANSFORM, DROP TRANSFORM %s, then TRANSFORM again); "+
 				"the catalog functions accept no compiled form of their own", d.target)}
-		if held, err := e.pauseFailed(ctx, conn, d.id, f); err != nil || held {
+		if held, err := e.cap.pauseFailed(ctx, conn, d.id, f); err != nil || held {
 			if err != nil {
 				return acted, err
 			}
@@ -102,7 +102,7 @@ func (e *Engine) verifyDefinitions(ctx context.Context, conn *pgx.Conn) (acted b
 // formula check plants a temporary view) and says why its row does not
 // match, "" if it does. Errors of the connection or context are returned;
 // any other error of the recompile is a reason.
-func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw []byte, srcOID uint32) (string, error) {
+func (e *Stager) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw []byte, srcOID uint32) (string, error) {
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite})
 	if err != nil {
 		return "", err
@@ -129,43 +129,4 @@ func (e *Engine) verifyOne(ctx context.Context, conn *pgx.Conn, stmt string, raw
 		return "its compiled form differs from the statement's", nil
 	}
 	return "", nil
-}
-
-// pauseFailed pauses an applying definition with a capture_failure, unless
-// a client transaction holds it (left for a later pass, updateDefinition).
-func (e *Engine) pauseFailed(ctx context.Context, conn *pgx.Conn, id int64, f *captureFailure) (held bool, err error) {
-	raw, _ := json.Marshal(f)
-	return e.updateDefinition(ctx, conn, id, fmt.Sprintf(`UPDATE %s d SET status = 'paused', version = version + 1,
-		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
-		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('capture_failure', $2::jsonb)
-		WHERE id = $1 AND %s`, e.tbl("_definitions"), applyingStatuses), raw)
-}
-
-// updateDefinition runs update (its $1 is id) on a definition's row for the
-// staging worker, in a transaction of its own, behind the definition's
-// fence: a fence a client transaction holds (its owner's PAUSE, ALTER or
-// DROP still open) leaves the row for a later pass, and pages in flight are
-// waited for only under PageLockTimeout, so the staging worker, and with it
-// every role's seals, never waits for another role's transaction (D21).
-// held: the row was left.
-func (e *Engine) updateDefinition(ctx context.Context, conn *pgx.Conn, id int64, update string, args ...any) (held bool, err error) {
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(context.Background())
-	got, err := e.stagingFence(ctx, tx, id)
-	if err == nil && !got {
-		return true, nil
-	}
-	if err == nil {
-		_, err = tx.Exec(ctx, update, append([]any{id}, args...)...)
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
-	if leftForLater(ctx, conn, err) {
-		return true, nil
-	}
-	return false, err
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sort"
 	"sync"
 	"time"
 )
@@ -59,30 +58,4 @@ func (w *workerStates) clear() {
 	w.mu.Unlock()
 }
 
-// Workers returns the states of this process's workers, staging first,
-// then drain workers by id; empty while Run is not running.
-func (e *Engine) Workers() []WorkerState {
-	e.states.mu.Lock()
-	out := make([]WorkerState, 0, len(e.states.m))
-	for _, s := range e.states.m {
-		out = append(out, *s)
-	}
-	e.states.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Kind != out[j].Kind {
-			return out[i].Kind == "staging"
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out
-}
-
-// StagingHeld reports whether this process holds the staging role now.
-func (e *Engine) StagingHeld() bool {
-	e.states.mu.Lock()
-	defer e.states.mu.Unlock()
-	s := e.states.m[e.stagingWorkerID()]
-	return s != nil && s.State == "holding"
-}
-
-func (e *Engine) stagingWorkerID() string { return e.cfg.ProcessID + "/staging" }
+func (e *Env) stagingWorkerID() string { return e.cfg.ProcessID + "/staging" }

@@ -22,7 +22,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	atBuild, atPage := make(chan struct{}), make(chan struct{})
 	buildGate, pageGate := newGate(), newGate()
 	e := New(pool, fastConfig())
-	e.plant.pageHook = func(stage string) {
+	e.w.plant.pageHook = func(stage string) {
 		switch stage {
 		case "build-task plan", "build-task chunk", "build-task sweep", "build-task groups", "build-task refresh":
 			buildOnce.Do(func() { close(atBuild); buildGate.wait() })

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// keyRetirer retires materialised keys while this process runs the
+// staging worker, on a connection of its own, whenever retirement pokes it
+// (a batch drained) and every StagingInterval while keys are left: deleting
+// a drained bulk batch's millions of keys on the staging connection held
+// every seal behind it (a side writer's p99 ~1 s after a 1,000,000-key
+// drain). One retirer per staging worker, so one per database.
+func (e *Stager) keyRetirer(ctx context.Context) {
+	tick := time.NewTicker(e.cfg.StagingInterval)
+	defer tick.Stop()
+	left := true
+	for ctx.Err() == nil {
+		if left && !e.plant.keepLog {
+			done, err := e.retireKeysOnce(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				e.log.Debug("retiring materialised keys failed; retried", "err", err)
+			case err == nil:
+				left = !done
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-e.wakeKeys:
+			left = true
+		case <-tick.C:
+		}
+	}
+}
+
+// retireKeysOnce retires up to a few chunks of materialised keys on a pool
+// connection.
+func (e *Stager) retireKeysOnce(ctx context.Context) (done bool, err error) {
+	conn, err := e.workers.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	return e.retireBatchKeys(ctx, conn.Conn(), 4)
+}
+
+// retireBatchKeys deletes up to chunks×RetireChunk materialised keys of
+// drained batches (found through their keyed buckets), and any keys of
+// batches already retired; done when none are left. Every read is an
+// index range of a batch it retires: a scan of _batch_keys (a LIMIT over a
+// predicate the planner cannot estimate, such as batch_seq < a subquery)
+// walked the millions of keys of a bulk batch still draining on every pass
+// (when this ran on the staging connection, the seal waited that long: the
+// side writer's p50 grew with the bulk batch, 1 s beside 10,000,000 keys).
+func (e *Stager) retireBatchKeys(ctx context.Context, conn *pgx.Conn, chunks int) (done bool, err error) {
+	for {
+		var seqs []int64
+		if err := conn.QueryRow(ctx, e.retiringKeyBatchesSQL()).Scan(&seqs); err != nil {
+			return false, err
+		}
+		if len(seqs) == 0 {
+			return true, nil
+		}
+		for _, seq := range seqs {
+			for {
+				if chunks == 0 {
+					return false, nil
+				}
+				chunks--
+				tag, err := conn.Exec(ctx, e.retireKeyChunkSQL(), seq)
+				if err != nil {
+					return false, err
+				}
+				if tag.RowsAffected() < int64(e.cfg.RetireChunk) {
+					break // this batch's keys are gone
+				}
+			}
+		}
+	}
+}
+
+// retiringKeyBatchesSQL lists the batches whose materialised keys retire:
+// drained batches' keyed buckets with keys left, and the oldest keys' batch
+// when it is older than every batch row (retired). An index probe per
+// batch and one min bounded below the batches: the keys of a batch still
+// draining, visible or not, are never visited.
+func (e *Stager) retiringKeyBatchesSQL() string {
+	return fmt.Sprintf(`SELECT ARRAY(
+		  SELECT DISTINCT bb.batch_seq FROM %[1]s bb JOIN %[2]s b ON b.seq = bb.batch_seq
+		  WHERE bb.keyed AND b.state = 'drained' AND EXISTS (SELECT 1 FROM %[3]s k WHERE k.batch_seq = bb.batch_seq)
+		  UNION
+		  SELECT m FROM (SELECT min(k.batch_seq) AS m FROM %[3]s k
+		    WHERE k.batch_seq < (SELECT coalesce(min(seq), %[4]d) FROM %[2]s)) o WHERE m IS NOT NULL
+		  ORDER BY 1)`, e.tbl("_batch_buckets"), e.tbl("_batches"), e.tbl("_batch_keys"), int64(math.MaxInt64))
+}
+
+// retireKeyChunkSQL deletes up to RetireChunk keys of batch $1: equality
+// on the key's first column, in index order, so an index range whatever
+// the planner estimates.
+func (e *Stager) retireKeyChunkSQL() string {
+	return fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(
+		SELECT k.ctid FROM %[1]s k WHERE k.batch_seq = $1
+		ORDER BY k.batch_seq, k.bucket, k.src_table, k.key LIMIT %[2]d))`, e.tbl("_batch_keys"), e.cfg.RetireChunk)
+}
