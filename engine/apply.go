@@ -229,3 +229,41 @@ func (e *Deriver) pausedOf(ctx context.Context, tx pgx.Tx, ids []int64) (map[int
 	}
 	return out, rows.Err()
 }
+
+type pageKey struct {
+	table, key string
+}
+
+type readerDef struct {
+	table string
+	// joined: the definition reads table as a JOIN item (a change fans
+	// out to the FROM keys reading it, fanout.go), not as its source.
+	joined  bool
+	cd      *compiledDef
+	failing bool // its share of an earlier page failed (_page_failures)
+	// chainEnd: no transform reads its target (the last of its chain).
+	chainEnd bool
+}
+
+// skippedReader is an applying definition a page could not share-lock
+// because another transaction holds its row (a client's PAUSE, DROP or
+// ALTER still open): the page defers its keys instead of waiting.
+type skippedReader struct {
+	id    int64
+	table string
+}
+
+// keyMeta is what a page knows of one changed key: its least origin (nil
+// when any of its rows had an unknown one) and its greatest hop.
+type keyMeta struct {
+	origin *string
+	hop    int16
+	// age is how old the key's oldest original write (its writer's
+	// transaction start, inherited down a chain) was when the page read it,
+	// in seconds of the database's clock.
+	age float64
+	// fanDefs, when set, are the definitions whose JOIN fan-out staged
+	// every log row of the key in its batch (op 'fanout'): the key
+	// re-derives for them alone and fans out no further.
+	fanDefs []int64
+}

@@ -256,12 +256,12 @@ func (e *Builder) chunkStep(ctx context.Context, tx pgx.Tx, taskID, defID, build
 // step goes on with (last applied key, hi].
 func (e *Builder) lockedChunk(ctx context.Context, tx pgx.Tx, taskID int64, cd *compiledDef, where string, args []any, stepEnd time.Time) (done int64, more bool, err error) {
 	c := cd.C
-	q := "SELECT " + model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(SourceAlias) + where
+	q := "SELECT " + model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable) + " FROM " + c.Source() + " AS " + base.Ident(model.SourceAlias) + where
 	until := stepEnd
 	if c.KeyNullable {
 		until = time.Time{} // no typed cursor: the range is one step (sqlgen.RangeWhere)
 	} else {
-		q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+		q += " ORDER BY " + sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(model.SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
 	}
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {

@@ -58,7 +58,7 @@ func (e *Builder) startHeapBuild(ctx context.Context, tx pgx.Tx, c *compiled, cl
 // ledgerKeyIndex finds the unique index on an aggregate ledger's key k (the
 // primary key it is created with, or the index a heap build's index task
 // built) and the constraint it backs, if any.
-func ledgerKeyIndex(ctx context.Context, q Querier, c *compiled) (index, constraint *string, err error) {
+func ledgerKeyIndex(ctx context.Context, q base.Querier, c *compiled) (index, constraint *string, err error) {
 	err = q.QueryRow(ctx, `SELECT i.indexrelid::regclass::text, con.conname::text
 		FROM pg_catalog.pg_index i
 		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attname = 'k'

@@ -60,10 +60,10 @@ func (e *Builder) plan(ctx context.Context, tx pgx.Tx, cd *compiledDef, build in
 			return 0, nil, false, err
 		}
 	}
-	order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
-	orderW := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) + " DESC" }, ", ")
-	from := " FROM " + c.Source() + " AS " + base.Ident(SourceAlias)
-	key := model.KeySQL(base.Ident(SourceAlias), c.Key, false)
+	order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(model.SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+	orderW := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(model.SourceAlias) + "." + base.Ident(c.Key[i].Name) + " DESC" }, ", ")
+	from := " FROM " + c.Source() + " AS " + base.Ident(model.SourceAlias)
+	key := model.KeySQL(base.Ident(model.SourceAlias), c.Key, false)
 	for step := 0; ; step++ {
 		// Bounded by keys and by the step budget (each chunk boundary is
 		// an index walk of a chunk's keys), at least one chunk a step.

@@ -21,7 +21,7 @@ import (
 // starts a rebuild after every read table's capture is current, which
 // re-derives every source key and sweeps ledger keys the source no longer
 // has (§12.8 request_backfill). Targets stay readable meanwhile.
-func (e *Builder) requestRebuild(ctx context.Context, q Querier, table string, reason string) ([]string, error) {
+func (e *Builder) requestRebuild(ctx context.Context, q base.Querier, table string, reason string) ([]string, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(`UPDATE %[1]s d SET status = 'waiting_to_backfill', version = version + 1,
 		  build_started_at = NULL, build_rows_done = NULL, build_rows_estimated = NULL,
 		  status_detail = coalesce(status_detail, '{}') || jsonb_build_object('rebuild_reason', $2::text)
@@ -129,7 +129,7 @@ func (e *Builder) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 		// A nullable identity (a 1-1 reader of an aggregate target: its keys
 		// are group tuples) has no typed cursor; it is walked in one step,
 		// as its build reads its source in one chunk.
-		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(SourceAlias))
+		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(model.SourceAlias))
 		if err != nil {
 			return err
 		}
@@ -138,8 +138,8 @@ func (e *Builder) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 		}
 	} else {
 		where, args := sqlgen.RangeWhere(c, lo, nil, 2)
-		order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
-		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(SourceAlias)+
+		order := sqlgen.Joinf(len(c.Key), func(i int) string { return base.Ident(model.SourceAlias) + "." + base.Ident(c.Key[i].Name) }, ", ")
+		rows, err := tx.Query(ctx, "SELECT "+model.KeySQL(base.Ident(model.SourceAlias), c.Key, c.KeyNullable)+" FROM "+c.Target()+" AS "+base.Ident(model.SourceAlias)+
 			where+" ORDER BY "+order+" LIMIT $1", append([]any{e.cfg.BuildChunkSize}, args...)...)
 		if err != nil {
 			return err
@@ -189,13 +189,13 @@ func (e *Builder) sweepStep(ctx context.Context, tx pgx.Tx, taskID int64, cd *co
 // absentFromSource returns, in their order, the keys of c's source that
 // name no source row now (and any key that does not decode, which
 // applyKeys reports).
-func absentFromSource(ctx context.Context, q Querier, c *compiled, keys []string) ([]string, error) {
+func absentFromSource(ctx context.Context, q base.Querier, c *compiled, keys []string) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	args, unnest, bad := model.KeyArgs(keys, c.Key, c.KeyNullable)
 	rows, err := q.Query(ctx, "SELECT u.k FROM "+unnest+" WHERE NOT EXISTS (SELECT 1 FROM "+c.FromSQL()+
-		" WHERE "+model.KeyLookup(base.Ident(SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
+		" WHERE "+model.KeyLookup(base.Ident(model.SourceAlias), "u", c.Key, c.KeyNullable)+")", args...)
 	if err != nil {
 		return nil, err
 	}

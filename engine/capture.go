@@ -115,7 +115,7 @@ func (e *Capturer) installCapture(ctx context.Context, conn *pgx.Conn, p *captur
 // §5.3): since when it waits, and the sessions holding a lock on the table
 // that conflicts with SHARE ROW EXCLUSIVE. Nothing cancels them; the next
 // install that commits clears it. A table that does not exist is no wait.
-func (e *Capturer) recordCaptureWait(ctx context.Context, q Querier, table string) error {
+func (e *Capturer) recordCaptureWait(ctx context.Context, q base.Querier, table string) error {
 	_, err := q.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s AS w (table_name, operation, lock_mode, blockers)
 		SELECT $1, CASE WHEN EXISTS (SELECT 1 FROM %[2]s WHERE table_name = $1) THEN 'reinstall' ELSE 'install' END,
 		  'ShareRowExclusiveLock',

@@ -83,9 +83,6 @@ func (e *Drainer) drainOnce(ctx context.Context, id string, buildsFirst bool) (b
 	return e.checks.Step(ctx, id)
 }
 
-type pageKey struct {
-	table, key string
-}
 
 // drainPage claims the first open bucket of the oldest undrained batch and
 // applies one page of it in one transaction. The claim is the bucket row's
@@ -458,24 +455,7 @@ func (e *Drainer) finishPage(ctx context.Context, tx pgx.Tx, pa pageAt, keys []p
 	return nil
 }
 
-type readerDef struct {
-	table string
-	// joined: the definition reads table as a JOIN item (a change fans
-	// out to the FROM keys reading it, fanout.go), not as its source.
-	joined  bool
-	cd      *compiledDef
-	failing bool // its share of an earlier page failed (_page_failures)
-	// chainEnd: no transform reads its target (the last of its chain).
-	chainEnd bool
-}
 
-// skippedReader is an applying definition a page could not share-lock
-// because another transaction holds its row (a client's PAUSE, DROP or
-// ALTER still open): the page defers its keys instead of waiting.
-type skippedReader struct {
-	id    int64
-	table string
-}
 
 // readers returns the applying definitions reading any of tables, locked
 // FOR SHARE in id order (§12.6 step 2), and those it skipped because

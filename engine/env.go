@@ -247,7 +247,7 @@ type readRow struct {
 	role  string
 }
 
-func (e *Env) loadDefinitions(ctx context.Context, q Querier, where string) ([]*defRow, error) {
+func (e *Env) loadDefinitions(ctx context.Context, q base.Querier, where string) ([]*defRow, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(`SELECT d.id, d.status, d.build_id, d.compiled,
 		  coalesce((SELECT jsonb_agg(jsonb_build_array(r.table_name, r.role)) FROM %s r WHERE r.definition_id = d.id), '[]')
 		FROM %s d %s ORDER BY d.id`, e.tbl("_definition_reads"), e.tbl("_definitions"), where))

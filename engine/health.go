@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
@@ -399,7 +400,7 @@ func (e *Capturer) autoPause(ctx context.Context, conn *pgx.Conn, id int64) erro
 
 // readProblems runs problemSQL for the definitions filter selects and
 // describes the first problem of each, in id order.
-func (e *Capturer) readProblems(ctx context.Context, q Querier, filter string, args ...any) (map[int64]*captureFailure, []int64, error) {
+func (e *Capturer) readProblems(ctx context.Context, q base.Querier, filter string, args ...any) (map[int64]*captureFailure, []int64, error) {
 	rows, err := q.Query(ctx, fmt.Sprintf(problemSQL, e.tbl("_definition_reads"), e.tbl("_definitions"), filter), args...)
 	if err != nil {
 		return nil, nil, err
@@ -430,7 +431,7 @@ func (e *Capturer) readProblems(ctx context.Context, q Querier, filter string, a
 }
 
 // triggerXmins reads the xmin of each capture trigger of table.
-func (e *Capturer) triggerXmins(ctx context.Context, q Querier, table string) (map[string]string, error) {
+func (e *Capturer) triggerXmins(ctx context.Context, q base.Querier, table string) (map[string]string, error) {
 	names := make([]string, len(sqlgen.CaptureEvents))
 	for i, ev := range sqlgen.CaptureEvents {
 		names[i] = e.inst().TriggerName(ev)
@@ -450,7 +451,7 @@ func (e *Capturer) triggerXmins(ctx context.Context, q Querier, table string) (m
 // "Disabled and re-enabled between passes"): any trigger row whose xmin is
 // not the one recorded at install. A first install, or a table recreated
 // since, is not tampering.
-func (e *Capturer) captureTampered(ctx context.Context, conn Querier, table string) (bool, error) {
+func (e *Capturer) captureTampered(ctx context.Context, conn base.Querier, table string) (bool, error) {
 	var stored []byte
 	var sameOID bool
 	err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT trigger_xmins, table_oid = to_regclass($1)::oid FROM %s WHERE table_name = $1`,

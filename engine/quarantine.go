@@ -46,20 +46,6 @@ func poisonous(err error) bool {
 	return strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")
 }
 
-// keyMeta is what a page knows of one changed key: its least origin (nil
-// when any of its rows had an unknown one) and its greatest hop.
-type keyMeta struct {
-	origin *string
-	hop    int16
-	// age is how old the key's oldest original write (its writer's
-	// transaction start, inherited down a chain) was when the page read it,
-	// in seconds of the database's clock.
-	age float64
-	// fanDefs, when set, are the definitions whose JOIN fan-out staged
-	// every log row of the key in its batch (op 'fanout'): the key
-	// re-derives for them alone and fans out no further.
-	fanDefs []int64
-}
 
 // keyFailure is one (definition, key) that failed alone in a probe.
 type keyFailure struct {
