@@ -35,7 +35,7 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 	}
 	step := func() {
 		t.Helper()
-		did, err := e.w.buildStep(ctx, "test")
+		did, err := e.w.BuildStep(ctx, "test")
 		if err != nil || !did {
 			t.Fatalf("build step: did %v, err %v", did, err)
 		}
@@ -79,7 +79,7 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the pages never applied the writes")
 		}
-		if _, err := e.w.drainPage(ctx, "test"); err != nil {
+		if _, err := e.w.DrainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -127,7 +127,7 @@ func TestFreshAggregateBuildGroupsStepSupersedesPages(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not exact after live writes:\n%s", diff(t, pool, `SELECT g, total, n, top FROM agg`, want))
 		}
-		if _, err := e.w.drainPage(ctx, "test"); err != nil {
+		if _, err := e.w.DrainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -149,7 +149,7 @@ func startGroupsBuild(t *testing.T, classic bool) (*pgxpool.Pool, *Engine) {
 	cfg.DrainWorkers = -1
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
 	cfg.BuildStepBudget = time.Hour // whole steps: the classic test counts them
-	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.plant.classicBuilds = classic })
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.Plant.ClassicBuilds = classic })
 	if _, err := applyText(t, e, `TRANSFORM agg FROM s GROUP BY g SELECT g AS g, SUM(v) AS total, COUNT(*) AS n, MAX(v) AS top`); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 	first := buildOf()
 	// The plan's steps, then the first chunk step's entries.
 	for count(t, pool, `SELECT 1 FROM agg__ledger`) == 0 {
-		if did, err := e.w.buildStep(ctx, "test"); err != nil || !did {
+		if did, err := e.w.BuildStep(ctx, "test"); err != nil || !did {
 			t.Fatalf("build step: %v %v", did, err)
 		}
 	}
@@ -225,7 +225,7 @@ func TestInterruptedFreshAggregateBuildIsReconciled(t *testing.T) {
 func buildAll(t *testing.T, e *Engine, each func()) {
 	t.Helper()
 	for {
-		did, err := e.w.buildStep(context.Background(), "test")
+		did, err := e.w.BuildStep(context.Background(), "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func TestHeapAggregateBuildDefersPages(t *testing.T) {
 	}
 	step := func() bool {
 		t.Helper()
-		did, err := e.w.buildStep(ctx, "test")
+		did, err := e.w.BuildStep(ctx, "test")
 		if err != nil {
 			t.Fatalf("build step: %v", err)
 		}
@@ -304,7 +304,7 @@ func TestHeapAggregateBuildDefersPages(t *testing.T) {
 		return count(t, pool, `SELECT 1 FROM trellis._deferred WHERE key IN ('1','2','3','4','5','10','900','5000')`)
 	}
 	waitFor(t, "the pages to defer the writes", 30*time.Second, func() bool {
-		if _, err := e.w.drainPage(ctx, "test"); err != nil {
+		if _, err := e.w.DrainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		return deferred() == 8
@@ -326,7 +326,7 @@ func TestHeapAggregateBuildDefersPages(t *testing.T) {
 	// Live: the staging worker stages the deferred keys again, pages apply them.
 	want := `SELECT g, sum(v), count(*), max(v) FROM s GROUP BY g`
 	waitFor(t, "the deferred writes to reach the target", 30*time.Second, func() bool {
-		if _, err := e.w.drainPage(ctx, "test"); err != nil {
+		if _, err := e.w.DrainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		return diff(t, pool, `SELECT g, total, n, top FROM agg`, want) == "" && deferred() == 0
@@ -411,14 +411,14 @@ func TestHeapBuildTruncatedRebuilds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for count(t, pool, `SELECT 1 FROM agg__ledger`) == 0 {
-		if did, err := e.w.buildStep(ctx, "test"); err != nil || !did {
+		if did, err := e.w.BuildStep(ctx, "test"); err != nil || !did {
 			t.Fatalf("build step: %v %v", did, err)
 		}
 	}
 	exec(t, pool, `TRUNCATE s`)
 	exec(t, pool, `INSERT INTO s VALUES (1, 5, 10), (2, 5, 20)`)
 	waitFor(t, "the truncate to be deferred", 30*time.Second, func() bool {
-		if _, err := e.w.drainPage(ctx, "test"); err != nil {
+		if _, err := e.w.DrainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		return count(t, pool, `SELECT 1 FROM trellis._deferred WHERE whole`) == 1
@@ -432,7 +432,7 @@ func TestHeapBuildTruncatedRebuilds(t *testing.T) {
 	})
 	waitFor(t, "the rebuild to go live and drain", 60*time.Second, func() bool {
 		buildAll(t, e, nil)
-		if _, err := e.w.drainPage(ctx, "test"); err != nil {
+		if _, err := e.w.DrainPage(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		st, _, _ := storedStatus(t, e, "agg")
@@ -470,7 +470,7 @@ func TestFreshPlanFromStaleHistogram(t *testing.T) {
 	planDone := `SELECT 1 FROM trellis._build_tasks t JOIN trellis._definitions d ON d.build_id = t.build_id
 		WHERE d.target_table = 'public.hi_v' AND t.kind = 'plan' AND t.state = 'done'`
 	waitFor(t, "hi_v's plan", 30*time.Second, func() bool {
-		if _, err := e.w.buildStep(context.Background(), "test"); err != nil {
+		if _, err := e.w.BuildStep(context.Background(), "test"); err != nil {
 			t.Fatal(err)
 		}
 		return count(t, pool, planDone) == 1
@@ -505,7 +505,7 @@ func TestAggregateRebuildKeepsGroupsWithTheLedger(t *testing.T) {
 			cfg := fastConfig()
 			cfg.DrainWorkers = -1 // the test runs the build steps
 			cfg.BuildChunkSize, cfg.FreshChunkSize = 50, 50
-			e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.plant.lockedRebuilds = locked })
+			e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.Plant.LockedRebuilds = locked })
 			// After each step, once only the groups step is left, the
 			// target against its ledger.
 			checked := 0
@@ -567,7 +567,7 @@ func stepUntilLive(t *testing.T, e *Engine, pool *pgxpool.Pool, each func()) (st
 		if time.Now().After(deadline) {
 			t.Fatalf("not live after %d steps (status %s)", steps, status())
 		}
-		did, err := e.w.buildStep(ctx, "test")
+		did, err := e.w.BuildStep(ctx, "test")
 		if err != nil {
 			t.Fatal(err)
 		}

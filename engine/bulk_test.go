@@ -32,7 +32,7 @@ const (
 // INSERT, a bulk UPDATE (keys moving between groups), a bulk DELETE, and a
 // TRUNCATE followed by a bulk INSERT in one transaction (one batch, its
 // truncate first) each span many pages of one bucket, whose keys the first
-// page materialises (bulk.go). Every target stays exact.
+// page materialises (engine/drain/bulk.go). Every target stays exact.
 func TestBulkBucketsDrainExact(t *testing.T) {
 	pool := testDB(t)
 	exec(t, pool, `CREATE TABLE bulk_src (id bigint PRIMARY KEY, g int, v bigint)`)
@@ -93,7 +93,7 @@ func TestBulkBucketsUseMaterialisedKeys(t *testing.T) {
 	exec(t, pool, `CREATE TABLE bulk_src (id bigint PRIMARY KEY, g int, v bigint)`)
 	cfg := fastConfig()
 	cfg.PageSize = 100
-	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.plant.bulkKeyLost = true })
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.Plant.BulkKeyLost = true })
 	define(t, e, bulkSpecs()[0])
 	awaitLive(t, e, "bulk_t")
 	exec(t, pool, `INSERT INTO bulk_src SELECT i, i % 37, i FROM generate_series(1, 5000) i`)
@@ -121,7 +121,7 @@ func TestBulkBatchHandsOff(t *testing.T) {
 	cfg := fastConfig()
 	cfg.PageSize = 100
 	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
-		e.w.plant.pageHook = func(string) { time.Sleep(10 * time.Millisecond) }
+		e.w.Plant.PageHook = func(string) { time.Sleep(10 * time.Millisecond) }
 	})
 	define(t, e, bulkSpecs()[0])
 	define(t, e, Spec{Target: TableName{Name: "side_t"}, Source: TableName{Name: "side_src"}, Statement: "TRANSFORM side_t FROM side_src ...",
@@ -184,7 +184,7 @@ func TestLaterPageSkipsBulkLogRow(t *testing.T) {
 	var hold atomic.Bool
 	release := make(chan struct{})
 	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
-		e.w.plant.pageHook = func(string) {
+		e.w.Plant.PageHook = func(string) {
 			if hold.Load() {
 				<-release
 			}
@@ -221,7 +221,7 @@ func TestLaterPageSkipsBulkLogRow(t *testing.T) {
 	if n := count(t, pool, fmt.Sprintf(`SELECT 1 FROM trellis._change_log WHERE cardinality(keys) >= 20000`)); n != 1 {
 		t.Fatalf("%d bulk log rows in the log, want 1 (nothing may drain yet)", n)
 	}
-	plan, raw := explainAnalyze(t, pool, e.w.logPageKeysSQL(), later, 1, 0, "", "", cfg.PageSize)
+	plan, raw := explainAnalyze(t, pool, e.w.LogPageKeysSQL(), later, 1, 0, "", "", cfg.PageSize)
 	var unnested float64
 	walkPlan(plan, func(p map[string]any) {
 		if p["Node Type"] == "Function Scan" && p["Function Name"] == "unnest" {
@@ -285,7 +285,7 @@ func TestRetiringBatchKeysSkipsDrainingBatch(t *testing.T) {
 	cfg := fastConfig()
 	cfg.PageSize = 100
 	cfg.RetireChunk = 1000
-	e, stop := startPlanted(t, pool, cfg, func(e *Engine) { e.w.plant.keepLog = true })
+	e, stop := startPlanted(t, pool, cfg, func(e *Engine) { e.w.Plant.KeepLog = true })
 	define(t, e, bulkSpecs()[0])
 	awaitLive(t, e, "bulk_t")
 	exec(t, pool, `INSERT INTO bulk_src SELECT i, i % 37, i FROM generate_series(1, 5000) i`)
@@ -316,14 +316,14 @@ func TestRetiringBatchKeysSkipsDrainingBatch(t *testing.T) {
 		})
 		return hit + read, seqScan
 	}
-	if b, seq := plan(e.w.retiringKeyBatchesSQL()); b > 50 || seq {
+	if b, seq := plan(e.w.RetiringKeyBatchesSQL()); b > 50 || seq {
 		t.Errorf("listing the batches that retire touched %v buffers (seq scan %v) beside a draining batch's keys (%d pages in all)", b, seq, pages)
 	}
 	// 30 keys deleted: their own pages and index entries, about 100 buffers.
-	if b, seq := plan(e.w.retireKeyChunkSQL(), retired); b > 200 || seq {
+	if b, seq := plan(e.w.RetireKeyChunkSQL(), retired); b > 200 || seq {
 		t.Errorf("deleting the retired batch's 30 keys touched %v buffers (seq scan %v) beside a draining batch's keys (%d pages in all)", b, seq, pages)
 	}
-	if _, seq := plan(e.w.retireKeyChunkSQL(), drained); seq {
+	if _, seq := plan(e.w.RetireKeyChunkSQL(), drained); seq {
 		t.Error("deleting a chunk of the drained batch's keys scanned every batch's keys")
 	}
 	conn, err := pool.Acquire(ctx)
@@ -332,7 +332,7 @@ func TestRetiringBatchKeysSkipsDrainingBatch(t *testing.T) {
 	}
 	defer conn.Release()
 	for done := false; !done; {
-		if done, err = e.w.retireBatchKeys(ctx, conn.Conn(), 2); err != nil {
+		if done, err = e.w.RetireBatchKeys(ctx, conn.Conn(), 2); err != nil {
 			t.Fatal(err)
 		}
 	}

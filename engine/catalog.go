@@ -10,7 +10,7 @@ import (
 // the engine's pool (catalog.Migrate): idempotent, and safe to run from
 // several processes at once.
 func (e *Engine) Migrate(ctx context.Context) error {
-	return catalog.Migrate(ctx, e.w.pool, e.w.cfg.Schema, e.w.cfg.TargetSchema)
+	return catalog.Migrate(ctx, e.w.Pool, e.w.Cfg.Schema, e.w.Cfg.TargetSchema)
 }
 
 // IsCatalog reports whether schema holds a Trellis catalog (its instance

@@ -29,8 +29,8 @@ type SelfCheckRun struct {
 func (e *Engine) SelfCheckRun(ctx context.Context, id int64) (SelfCheckRun, error) {
 	var r SelfCheckRun
 	var secs float64
-	err := e.w.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(extract(epoch FROM finished_at - created_at), 0)::float8, pages::int8,
-		rows_compared, divergence_count::int8 FROM %s WHERE id = $1`, e.w.tbl("_self_checks")), id).Scan(&secs, &r.Pages, &r.Rows, &r.Divergences)
+	err := e.w.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(extract(epoch FROM finished_at - created_at), 0)::float8, pages::int8,
+		rows_compared, divergence_count::int8 FROM %s WHERE id = $1`, e.w.Tbl("_self_checks")), id).Scan(&secs, &r.Pages, &r.Rows, &r.Divergences)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, pgerr.Newf(pgerr.UndefinedObject, "self-check %d does not exist", id).
 			WithClass("not_found", "SelfCheckNotFound").WithHint("it was replaced by a newer check of its target, or its transform was dropped")

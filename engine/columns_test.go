@@ -13,7 +13,7 @@ import (
 
 func pausedRows(t *testing.T, e *Engine) []string {
 	t.Helper()
-	rows, err := e.w.pool.Query(context.Background(), `SELECT (d.compiled #>> '{spec,target,name}') || '.' || pc.column_name
+	rows, err := e.w.Pool.Query(context.Background(), `SELECT (d.compiled #>> '{spec,target,name}') || '.' || pc.column_name
 		|| CASE WHEN pc.local THEN '' ELSE '~' END FROM trellis._paused_columns pc JOIN trellis._definitions d ON d.id = pc.definition_id ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -15,7 +15,7 @@ import (
 // caller's commit returned (§12.10). Any connection will do.
 func (e *Engine) WatermarkToken(ctx context.Context) (string, error) {
 	var t string
-	err := e.w.pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&t)
+	err := e.w.Pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&t)
 	return t, err
 }
 
@@ -29,18 +29,18 @@ func (e *Engine) Converged(ctx context.Context, token string) (bool, error) {
 // every transform): held and deferred keys count only for transforms whose
 // target viewer may read, so another role's held key never fails its wait
 // (D21). Changes not yet drained count for everyone: a page never waits on
-// one transform (drain.go applyShare).
+// one transform (engine/drain/drain.go applyShare).
 func (e *Engine) ConvergedAs(ctx context.Context, token, viewer string) (bool, error) {
 	var ok bool
 	var v *string
 	if viewer != "" {
 		v = &viewer
 	}
-	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn, $2::name)", e.w.tbl("_converged"))
-	if e.w.plant.convergedIsDrained {
-		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND ($2::name IS NULL OR $2::name IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.w.tbl("_batches"))
+	q := fmt.Sprintf("SELECT %s($1::text::pg_lsn, $2::name)", e.w.Tbl("_converged"))
+	if e.w.Plant.ConvergedIsDrained {
+		q = fmt.Sprintf("SELECT $1::text::pg_lsn IS NOT NULL AND ($2::name IS NULL OR $2::name IS NOT NULL) AND NOT EXISTS (SELECT 1 FROM %s WHERE state <> 'drained')", e.w.Tbl("_batches"))
 	}
-	err := e.w.pool.QueryRow(ctx, q, token, v).Scan(&ok)
+	err := e.w.Pool.QueryRow(ctx, q, token, v).Scan(&ok)
 	if base.Code(err) == "22P02" {
 		return false, pgerr.Newf(pgerr.InvalidParameterValue, "malformed watermark token %q", token).WithClass("validation", "BadToken")
 	}
@@ -59,7 +59,7 @@ func (e *Engine) AwaitConvergedAs(ctx context.Context, token string, timeout tim
 	deadline := time.Now().Add(timeout)
 	wait := 10 * time.Millisecond
 	for first := true; ; first = false {
-		ch := e.w.drainedCh()
+		ch := e.w.DrainedCh()
 		ok, err := e.ConvergedAs(ctx, token, viewer)
 		if err != nil {
 			return err
@@ -70,7 +70,7 @@ func (e *Engine) AwaitConvergedAs(ctx context.Context, token string, timeout tim
 		if first {
 			// The sealer may be backed off (idle): the waited-for rows are
 			// sealed now rather than at its next idle probe.
-			e.w.pokeSeal(ctx)
+			e.w.PokeSeal(ctx)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -112,7 +112,7 @@ type DefinitionStatus struct {
 
 // Status returns every definition's status.
 func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
-	rows, err := e.w.pool.Query(ctx, fmt.Sprintf(`
+	rows, err := e.w.Pool.Query(ctx, fmt.Sprintf(`
 		SELECT d.id, d.compiled->'spec'->'target'->>'name', d.target_table, d.source_table, d.kind, d.status,
 		  coalesce(pg_get_userbyid(d.owner_role), d.owner_role::text), d.version,
 		  (SELECT u.target_table FROM %[2]s r JOIN %[1]s u ON u.target_table = r.table_name
@@ -123,8 +123,8 @@ func (e *Engine) Status(ctx context.Context) ([]DefinitionStatus, error) {
 		  coalesce((SELECT pf.error FROM %[6]s pf WHERE pf.definition_id = d.id),
 		    (SELECT b.last_error FROM %[4]s b WHERE b.last_error IS NOT NULL ORDER BY b.batch_seq LIMIT 1)),
 		  EXISTS (SELECT 1 FROM %[5]s w WHERE w.last_seen > now() - $1::interval)
-		FROM %[1]s d ORDER BY d.id`, e.w.tbl("_definitions"), e.w.tbl("_definition_reads"), e.w.tbl("_build_tasks"),
-		e.w.tbl("_batch_buckets"), e.w.tbl("_workers"), e.w.tbl("_page_failures")), fmt.Sprintf("%d milliseconds", e.w.cfg.WorkerTTL.Milliseconds()))
+		FROM %[1]s d ORDER BY d.id`, e.w.Tbl("_definitions"), e.w.Tbl("_definition_reads"), e.w.Tbl("_build_tasks"),
+		e.w.Tbl("_batch_buckets"), e.w.Tbl("_workers"), e.w.Tbl("_page_failures")), fmt.Sprintf("%d milliseconds", e.w.Cfg.WorkerTTL.Milliseconds()))
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (e *Engine) StatusOf(ctx context.Context, target TableName) (*DefinitionSta
 		return nil, nil
 	}
 	var want string
-	if err := e.w.pool.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", target.Schema, target.Name).Scan(&want); err != nil {
+	if err := e.w.Pool.QueryRow(ctx, "SELECT format('%I.%I', $1::text, $2::text)", target.Schema, target.Name).Scan(&want); err != nil {
 		return nil, err
 	}
 	for i := range all {
@@ -205,7 +205,7 @@ func (e *Engine) AwaitLive(ctx context.Context, target TableName, timeout time.D
 			return pgerr.Newf(pgerr.QueryCanceled, "transform %s not live within %s (status %s)", target, timeout, s.Status).
 				WithClass("timeout", "NotLive")
 		}
-		sleepCtx(ctx, 20*time.Millisecond)
+		worker.SleepCtx(ctx, 20*time.Millisecond)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

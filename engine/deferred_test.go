@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/drain"
+	"github.com/trellis-proxy/trellis-proxy/engine/staging"
 )
 
 // A client transaction that paused (or paused and dropped) one transform
@@ -171,13 +174,13 @@ func TestPausingFailedSharesLocksOnlyThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec(t, pool, `INSERT INTO trellis._page_failures (definition_id, attempts, error, next_attempt_at, table_name)
-		VALUES ($1, $2, 'boom', now(), 'public.s')`, failing, pageFailuresToPause)
+		VALUES ($1, $2, 'boom', now(), 'public.s')`, failing, drain.PageFailuresToPause)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if err := e.w.pauseFailing(ctx, tx); err != nil {
+	if err := e.w.PauseFailing(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	var n int64
@@ -217,8 +220,8 @@ func TestDeferredKeysStagedAgainAfterAnyDeferral(t *testing.T) {
 	fingerprint := func() string {
 		var fp string
 		var drained int64
-		if err := conn.QueryRow(ctx, fmt.Sprintf(passFingerprintSQL, e.w.tbl("_definition_reads"), e.w.tbl("_captured_tables"),
-			e.w.tbl("_definitions"), e.w.tbl("_paused_columns"), e.w.tbl("_batches"), e.w.tbl("_deferred"))).Scan(&fp, &drained); err != nil {
+		if err := conn.QueryRow(ctx, fmt.Sprintf(staging.PassFingerprintSQL, e.w.Tbl("_definition_reads"), e.w.Tbl("_captured_tables"),
+			e.w.Tbl("_definitions"), e.w.Tbl("_paused_columns"), e.w.Tbl("_batches"), e.w.Tbl("_deferred"))).Scan(&fp, &drained); err != nil {
 			t.Fatal(err)
 		}
 		return fp
@@ -227,7 +230,7 @@ func TestDeferredKeysStagedAgainAfterAnyDeferral(t *testing.T) {
 		SELECT id, 'public.s', '3' FROM trellis._definitions WHERE target_table = 'public.t1'`
 	exec(t, pool, deferKey)
 	before := fingerprint()
-	steady, err := e.w.fullPass(ctx, conn.Conn())
+	steady, err := e.w.FullPass(ctx, conn.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,5 @@
 package engine
 
-// Bulk programs of the differential test (issue 18): besides the usual
-// writers, statements of hundreds to thousands of rows, each captured
-// as one log row whose keys fill one bucket over many pages (bulk.go),
-// drained while the faults kill worker connections mid-page and stop
-// engines.
-
 import (
 	"context"
 	"fmt"
@@ -14,7 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
+
+// Bulk programs of the differential test (issue 18): besides the usual
+// writers, statements of hundreds to thousands of rows, each captured
+// as one log row whose keys fill one bucket over many pages (engine/drain/bulk.go),
+// drained while the faults kill worker connections mid-page and stop
+// engines.
 
 // bulkWriter issues one bulk statement every 100-400 ms until ctx ends
 // (a statement may wait a second or more for the row writers' locks): an
@@ -24,7 +26,7 @@ import (
 func (dr *diffRun) bulkWriter(ctx context.Context, seed uint64, textKey map[string]bool) error {
 	r := rand.New(rand.NewPCG(seed, 7))
 	for next := 1000; ctx.Err() == nil; {
-		sleepCtx(ctx, time.Duration(100+r.IntN(300))*time.Millisecond)
+		worker.SleepCtx(ctx, time.Duration(100+r.IntN(300))*time.Millisecond)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -79,7 +81,7 @@ func TestDifferentialBulk(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
 			t.Logf("seed %d: bulk, faults (replay: TRELLIS_DIFF_SEEDS=%d go test ./engine -run TestDifferentialBulk)", seed, seed)
-			if d := runDifferential(t, seed, diffMode{faults: true, bulk: true}, plants{}, diffWriteFor(), 0); len(d) > 0 {
+			if d := runDifferential(t, seed, diffMode{faults: true, bulk: true}, worker.Plants{}, diffWriteFor(), 0); len(d) > 0 {
 				t.Fatalf("seed %d diverged:\n%s", seed, strings.Join(d, "\n"))
 			}
 		})

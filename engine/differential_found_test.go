@@ -82,7 +82,7 @@ func TestPauseColumnCascadeWaitsForReadersPageInFlight(t *testing.T) {
 	var once sync.Once
 	held, release := make(chan struct{}), newGate()
 	e := New(pool, fastConfig())
-	e.w.plant.pageHook = func(stage string) {
+	e.w.Plant.PageHook = func(stage string) {
 		if stage == "locked rd" && armed.Load() {
 			once.Do(func() { close(held); release.wait() })
 		}
@@ -202,7 +202,7 @@ func TestFieldRefreshCompletesUnderSharedDefinitionLock(t *testing.T) {
 	var once sync.Once
 	atRefresh, release := make(chan struct{}), newGate()
 	e := New(pool, fastConfig())
-	e.w.plant.pageHook = func(stage string) {
+	e.w.Plant.PageHook = func(stage string) {
 		if stage == "build-task refresh" {
 			once.Do(func() { close(atRefresh); release.wait() })
 		}

@@ -423,7 +423,7 @@ func (dr *diffRun) writeTxs(stop context.Context, r *rand.Rand, textKey map[stri
 				}
 			case x < 96 && r.IntN(4) == 0:
 				_, werr = tx.Exec(ctx, "TRUNCATE "+t)
-			case x == 99: // a bulk statement: every key in one log row, so one bucket of many pages (bulk.go)
+			case x == 99: // a bulk statement: every key in one log row, so one bucket of many pages (engine/drain/bulk.go)
 				_, werr = tx.Exec(ctx, "UPDATE "+t+" SET i = i + 1, n = n + 1")
 			default:
 				_, werr = tx.Exec(ctx, "DELETE FROM "+t+" WHERE ("+kc+") <= ("+keyPH(1)+") AND random() < 0.1", kv()...)

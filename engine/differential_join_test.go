@@ -1,14 +1,5 @@
 package engine
 
-// JOIN programs of the differential test (joins spec §6): random star and
-// snowflake schemas of 2-6 items, LEFT and INNER, composite join keys,
-// NULL and dangling join values, self-joins through aliases, targets read
-// as the FROM item or as a dimension, readers of JOIN targets, and a join
-// writer on every table (re-pointing foreign keys, deleting and
-// re-inserting rows with the same key, updating join and read columns,
-// key changes, truncates) beside the program's usual writers. The oracle
-// is the definition's own join query rendered here from bare names.
-
 import (
 	"context"
 	"fmt"
@@ -19,10 +10,19 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
+
+// JOIN programs of the differential test (joins spec §6): random star and
+// snowflake schemas of 2-6 items, LEFT and INNER, composite join keys,
+// NULL and dangling join values, self-joins through aliases, targets read
+// as the FROM item or as a dimension, readers of JOIN targets, and a join
+// writer on every table (re-pointing foreign keys, deleting and
+// re-inserting rows with the same key, updating join and read columns,
+// key changes, truncates) beside the program's usual writers. The oracle
+// is the definition's own join query rendered here from bare names.
 
 // pinnedJoinSeeds once failed TestDifferentialJoins; they run on every
 // fast lane.
@@ -625,7 +625,7 @@ func TestDifferentialJoins(t *testing.T) {
 			}
 			t.Logf("seed %d: faults %v (replay: TRELLIS_DIFF_SEEDS=%d TRELLIS_DIFF_FAULTS=%d go test ./engine -run TestDifferentialJoins)",
 				seed, faults, seed, b2i(faults))
-			if d := runDifferential(t, seed, diffMode{faults: faults, joins: true}, plants{}, diffWriteFor(), 0); len(d) > 0 {
+			if d := runDifferential(t, seed, diffMode{faults: faults, joins: true}, worker.Plants{}, diffWriteFor(), 0); len(d) > 0 {
 				t.Fatalf("seed %d diverged (pin it in pinnedJoinSeeds):\n%s", seed, strings.Join(d, "\n"))
 			}
 		})

@@ -1,14 +1,5 @@
 package engine
 
-// Lifecycle operations interleaved with the differential test's writers
-// (correctness spec §4.4 "operator statements", §7 "mid-burst operator
-// statements", "source schema change under load"): PAUSE then RESUME,
-// PAUSE and DROP then define again, request_backfill, a read column renamed
-// and renamed back (its readers pause with a capture_failure and are
-// resumed), PAUSE t.col then RESUME t.col (every field the pause reaches by
-// cascade must keep its values while paused), and one leaf paused to the
-// end, whose target must stay exactly as it was when the pause committed.
-
 import (
 	"context"
 	"fmt"
@@ -20,9 +11,19 @@ import (
 	"time"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
+
+// Lifecycle operations interleaved with the differential test's writers
+// (correctness spec §4.4 "operator statements", §7 "mid-burst operator
+// statements", "source schema change under load"): PAUSE then RESUME,
+// PAUSE and DROP then define again, request_backfill, a read column renamed
+// and renamed back (its readers pause with a capture_failure and are
+// resumed), PAUSE t.col then RESUME t.col (every field the pause reaches by
+// cascade must keep its values while paused), and one leaf paused to the
+// end, whose target must stay exactly as it was when the pause committed.
 
 // lifecycle is the operator: one goroutine sending lifecycle statements
 // while the writers run.
@@ -158,7 +159,7 @@ func (l *lifecycle) defined(defined func(string) bool) []*dDef {
 func (l *lifecycle) run(stop context.Context, defined func(string) bool) error {
 	froze := false
 	for stop.Err() == nil {
-		sleepCtx(stop, time.Duration(100+l.r.IntN(300))*time.Millisecond)
+		worker.SleepCtx(stop, time.Duration(100+l.r.IntN(300))*time.Millisecond)
 		if stop.Err() != nil {
 			return nil
 		}
@@ -212,7 +213,7 @@ func (l *lifecycle) pauseResume(d *dDef) error {
 	if err := l.statement("PAUSE TRANSFORM " + d.name); err != nil {
 		return err
 	}
-	sleepCtx(context.Background(), time.Duration(l.r.IntN(300))*time.Millisecond)
+	worker.SleepCtx(context.Background(), time.Duration(l.r.IntN(300))*time.Millisecond)
 	l.note("RESUME %s", d.name)
 	if err := l.resume(d.name); err != nil {
 		return err
@@ -245,7 +246,7 @@ func (l *lifecycle) pauseColumn(d *dDef) error {
 	if err != nil {
 		return err
 	}
-	sleepCtx(context.Background(), time.Duration(l.rc.IntN(400))*time.Millisecond)
+	worker.SleepCtx(context.Background(), time.Duration(l.rc.IntN(400))*time.Millisecond)
 	var written []string
 	for _, sn := range snaps {
 		n, err := l.countWritten(sn)
@@ -391,7 +392,7 @@ func (l *lifecycle) dropRedefine(d *dDef) error {
 	if err != nil {
 		return err
 	}
-	sleepCtx(context.Background(), time.Duration(l.r.IntN(200))*time.Millisecond)
+	worker.SleepCtx(context.Background(), time.Duration(l.r.IntN(200))*time.Millisecond)
 	l.note("define %s again", d.name)
 	if err := l.define(d); err != nil {
 		return fmt.Errorf("redefine %s: %w", d.name, err)
@@ -518,7 +519,7 @@ func (l *lifecycle) renameAndBack() error {
 	if _, err := l.dr.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s_tmp", t, c, c)); err != nil {
 		return err
 	}
-	sleepCtx(ctx, time.Duration(50+l.r.IntN(300))*time.Millisecond)
+	worker.SleepCtx(ctx, time.Duration(50+l.r.IntN(300))*time.Millisecond)
 	_, err := l.dr.pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s_tmp TO %s", t, c, c))
 	l.note("ALTER TABLE %s RENAME %s back", t, c)
 	l.renameUntil.Store(time.Now().Add(time.Second).UnixNano())
@@ -526,7 +527,7 @@ func (l *lifecycle) renameAndBack() error {
 		return err
 	}
 	// The staging pass may pause readers a moment after the rename back.
-	sleepCtx(ctx, 150*time.Millisecond)
+	worker.SleepCtx(ctx, 150*time.Millisecond)
 	if err := l.resumeCaptureFailures(); err != nil {
 		return err
 	}

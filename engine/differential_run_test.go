@@ -10,17 +10,17 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 type engineSet struct {
 	mu      sync.Mutex
 	t       *testing.T
 	pool    *pgxpool.Pool
-	cfg     Config
-	plant   plants
+	cfg     worker.Config
+	plant   worker.Plants
 	running []*runningEngine
 }
 
@@ -32,7 +32,7 @@ type runningEngine struct {
 
 func (s *engineSet) start() *Engine {
 	e := New(s.pool, s.cfg)
-	e.w.plant = s.plant
+	e.w.Plant = s.plant
 	if err := e.Migrate(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func (dr *diffRun) diagnose(d *dDef) string {
 	}
 	var raw []byte
 	if d.upstream == nil && dr.pool.QueryRow(ctx, `SELECT compiled FROM trellis._definitions WHERE target_table = 'public.' || $1`, d.name).Scan(&raw) == nil {
-		c := &compiled{}
+		c := &Compiled{}
 		json.Unmarshal(raw, c)
 		led := "SELECT k FROM " + ledger
 		if len(d.group) > 0 {

@@ -1,10 +1,5 @@
 package engine
 
-// The differential test (correctness spec): random tables, definitions and
-// concurrent DML, with faults; after convergence every target must equal
-// Postgres's own recompute of its definition. The oracle is rendered here
-// from bare column names, independently of the engine's compiler.
-
 import (
 	"context"
 	"errors"
@@ -21,7 +16,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/trellis-proxy/trellis-proxy/engine/drain"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
+
+// The differential test (correctness spec): random tables, definitions and
+// concurrent DML, with faults; after convergence every target must equal
+// Postgres's own recompute of its definition. The oracle is rendered here
+// from bare column names, independently of the engine's compiler.
 
 // pinnedSeeds are seeds that once failed; they run on every fast lane.
 // Seeds that once diverged. 1795960113908280630 and 1795960468835950693: writers
@@ -36,7 +38,7 @@ var pinnedSeeds = []uint64{1795960113908280630, 1795960468835950693, 17959624399
 // 1796118899947463274: a paused 1-1 reader of an aggregate target kept rows
 // of groups that vanished (the rebuild's sweep skipped nullable keys).
 // 1796126038432999025: an aggregate field's refresh after RESUME t.col
-// starved updating the definition row behind pages (fixed in build.go).
+// starved updating the definition row behind pages (fixed in engine/build/build.go).
 var pinnedLifecycleSeeds = []uint64{1796118380445470786, 1796118899947463274, 1796126038432999025}
 
 type diffRun struct {
@@ -80,7 +82,7 @@ func (dr *diffRun) define(set *engineSet, d *dDef) error {
 // With life, a lifecycle operator interleaves PAUSE/RESUME, drop and
 // redefine, request_backfill and column renames with the writers; every
 // paused definition but a frozen one is resumed before the comparison.
-func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeFor time.Duration, minChains int) []string {
+func runDifferential(t *testing.T, seed uint64, m diffMode, plant worker.Plants, writeFor time.Duration, minChains int) []string {
 	faults, life := m.faults, m.life
 	r := rand.New(rand.NewPCG(seed, 1))
 	pool := testDB(t)
@@ -123,7 +125,7 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 	}
 	cfg := fastConfig()
 	cfg.PageSize = 1 + r.IntN(50) // several pages per bucket
-	if plant.bulkKeyLost {
+	if plant.BulkKeyLost {
 		cfg.PageSize = 1 + cfg.PageSize%3 // many buckets over 4 pages: the bulk path
 	}
 	if m.bulk {
@@ -137,7 +139,7 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 		level = slog.LevelDebug
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: level}))
-	plant.keepLog = true
+	plant.KeepLog = true
 	set := &engineSet{t: t, pool: pool, cfg: cfg, plant: plant}
 	dr.logs = &logBuf
 	defer set.stopAll()
@@ -204,7 +206,7 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 			defer fwg.Done()
 			fr := rand.New(rand.NewPCG(seed, 99))
 			for ctx.Err() == nil {
-				sleepCtx(ctx, time.Duration(200+fr.IntN(500))*time.Millisecond)
+				worker.SleepCtx(ctx, time.Duration(200+fr.IntN(500))*time.Millisecond)
 				if ctx.Err() != nil {
 					return
 				}
@@ -220,7 +222,7 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 			}
 		}()
 	}
-	sleepCtx(ctx, writeFor/3)
+	worker.SleepCtx(ctx, writeFor/3)
 	for _, d := range dr.defs[half:] { // defined while writers run
 		if dr.life != nil {
 			dr.life.ddl.Lock()
@@ -239,7 +241,7 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 		defined[d.name] = true
 		definedMu.Unlock()
 	}
-	sleepCtx(ctx, writeFor*2/3)
+	worker.SleepCtx(ctx, writeFor*2/3)
 	cancel()
 	wg.Wait()
 	fwg.Wait()
@@ -359,8 +361,8 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant plants, writeF
 		if err := pool.QueryRow(context.Background(), "SELECT coalesce(max(cardinality(keys)), 0) FROM trellis._change_log").Scan(&widest); err != nil {
 			t.Fatalf("seed %d: widest log row: %v", seed, err)
 		}
-		if widest <= bulkBatchKeys(cfg.PageSize) {
-			t.Errorf("seed %d: widest bulk log row %d keys, not over %d pages of %d", seed, widest, bulkFactor, cfg.PageSize)
+		if widest <= drain.BulkBatchKeys(cfg.PageSize) {
+			t.Errorf("seed %d: widest bulk log row %d keys, not over %d pages of %d", seed, widest, drain.BulkFactor, cfg.PageSize)
 		}
 		t.Logf("seed %d: widest bulk log row %d keys, page size %d", seed, widest, cfg.PageSize)
 	}
@@ -480,7 +482,7 @@ func TestDifferential(t *testing.T) {
 			}
 			t.Logf("seed %d: faults %v, lifecycle %v (replay: TRELLIS_DIFF_SEEDS=%d TRELLIS_DIFF_FAULTS=%d TRELLIS_DIFF_LIFE=%d)",
 				seed, faults, life, seed, b2i(faults), b2i(life))
-			if d := runDifferential(t, seed, diffMode{faults: faults, life: life}, plants{}, diffWriteFor(), 0); len(d) > 0 {
+			if d := runDifferential(t, seed, diffMode{faults: faults, life: life}, worker.Plants{}, diffWriteFor(), 0); len(d) > 0 {
 				t.Fatalf("seed %d diverged (pin it in pinnedSeeds or pinnedLifecycleSeeds):\n%s", seed, strings.Join(d, "\n"))
 			}
 		})
@@ -493,16 +495,16 @@ func TestDifferentialCatchesPlantedFaults(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		seed  uint64
-		plant plants
+		plant worker.Plants
 		joins bool // a JOIN program (joins spec §6)
 	}{
-		{"drop_one_key_in_five", 4242, plants{dropEveryNthKey: 5}, false},
-		{"converged_is_drained", 4243, plants{convergedIsDrained: true}, false},
-		{"no_origin_inheritance", 4244, plants{noOriginInheritance: true}, false},
-		{"bulk_key_lost", 4245, plants{bulkKeyLost: true}, false},
-		{"fan_out_skips_first_item", 4246, plants{fanOutSkipItem: 1}, true},
-		{"fan_out_new_values_only", 4247, plants{fanOutNewOnly: true}, true},
-		{"dimension_read_before_lock", 4248, plants{joinReadEarly: time.Second}, true},
+		{"drop_one_key_in_five", 4242, worker.Plants{DropEveryNthKey: 5}, false},
+		{"converged_is_drained", 4243, worker.Plants{ConvergedIsDrained: true}, false},
+		{"no_origin_inheritance", 4244, worker.Plants{NoOriginInheritance: true}, false},
+		{"bulk_key_lost", 4245, worker.Plants{BulkKeyLost: true}, false},
+		{"fan_out_skips_first_item", 4246, worker.Plants{FanOutSkipItem: 1}, true},
+		{"fan_out_new_values_only", 4247, worker.Plants{FanOutNewOnly: true}, true},
+		{"dimension_read_before_lock", 4248, worker.Plants{JoinReadEarly: time.Second}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := runDifferential(t, c.seed, diffMode{joins: c.joins}, c.plant, 2*time.Second, 2)

@@ -41,9 +41,17 @@
 //
 // Packages (docs/architecture.md has the rule depcheck enforces):
 //
-//	engine          façade and orchestration (this package): Define, Apply,
-//	  │             Migrate, Run, Status, AwaitConverged; drain, build,
-//	  │             capture, staging, quarantine, DDL statements
+//	engine          façade (this package): New, Migrate, Run, Apply,
+//	  │             Status, AwaitConverged; the public types as aliases
+//	  ├─ staging    the staging worker: seal, installs, verification, retirement
+//	  │  ├─ capture capture installs and health checks
+//	  │  └─ drain   pages, JOIN fan-out, failure isolation, bulk batches
+//	  │     └─ build  build tasks
+//	  │        └─ quarantine  held keys and fuses
+//	  │           └─ derive   plan cache, re-derive under the ledger lock
+//	  │              └─ worker  the workers' shared environment
+//	  ├─ ddl        the Trellis statements, run as the caller
+//	  ├─ selfcheck  self-check jobs, through a Host interface
 //	  ├─ sqlgen     the SQL of one compiled definition, one function per statement
 //	  │    └─ model Spec, Compiled, key identity (KeySQL / EncodeKey / DecodeKey)
 //	  ├─ catalog    migrations/NNN.sql and functions/*.sql, embedded; Render

@@ -3,17 +3,22 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/build"
+	"github.com/trellis-proxy/trellis-proxy/engine/capture"
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/engine/ddl"
+	"github.com/trellis-proxy/trellis-proxy/engine/derive"
+	"github.com/trellis-proxy/trellis-proxy/engine/drain"
+	"github.com/trellis-proxy/trellis-proxy/engine/quarantine"
 	"github.com/trellis-proxy/trellis-proxy/engine/selfcheck"
+	"github.com/trellis-proxy/trellis-proxy/engine/staging"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
+	"golang.org/x/sync/errgroup"
 )
 
 // Querier runs SQL. Define and Drop take one so they run inside the caller's
@@ -23,20 +28,13 @@ type Querier = base.Querier
 // Engine is one process's handle on a Trellis instance: the façade over
 // its workers (the staging worker, whose layers reach every other).
 type Engine struct {
-	w *Stager
+	w *staging.Stager
 }
 
 // New returns an engine over pool. The pool's role is the workers' role
 // (D9). The engine opens its own worker pool from the same config.
-func New(pool *pgxpool.Pool, cfg Config) *Engine {
-	cfg.defaults()
-	env := &Env{
-		cfg: cfg, pool: pool, log: cfg.Logger,
-		wakeStaging: make(chan struct{}, 1), wakeDrain: make(chan struct{}, 1),
-		wakePass: make(chan struct{}, 1), wakeSeal: make(chan struct{}, 1), wakeKeys: make(chan struct{}, 1),
-		drained: make(chan struct{}),
-	}
-	env.ddl = ddl.New(ddl.Config{Schema: cfg.Schema, TargetSchema: cfg.TargetSchema}, env.workerRole)
+func New(pool *pgxpool.Pool, cfg worker.Config) *Engine {
+	cfg.Defaults()
 	pc := pool.Config().Copy()
 	rp := pc.ConnConfig.RuntimeParams
 	// Key renderings must match the capture functions' pinned settings (H9, H12).
@@ -54,10 +52,11 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		// Only an invalid config fails here, and the caller's pool was built from it.
 		panic(fmt.Sprintf("engine: worker pool: %v", err))
 	}
-	env.workers = w
-	b := &Builder{&Quarantine{&Deriver{Env: env, cache: map[int64]*compiledDef{}}}}
-	e := &Engine{w: &Stager{Drainer: &Drainer{b}, cap: &Capturer{b}}}
-	env.checks = selfcheck.New(selfcheck.Config{Schema: cfg.Schema, ProcessID: cfg.ProcessID, PageKeys: cfg.SelfCheckPageKeys,
+	env := worker.NewEnv(cfg, pool, w, nil)
+	env.DDL = ddl.New(ddl.Config{Schema: cfg.Schema, TargetSchema: cfg.TargetSchema}, env.WorkerRole)
+	b := build.New(quarantine.New(derive.New(env)))
+	e := &Engine{w: staging.New(drain.New(b), capture.New(b))}
+	env.Checks = selfcheck.New(selfcheck.Config{Schema: cfg.Schema, ProcessID: cfg.ProcessID, PageKeys: cfg.SelfCheckPageKeys,
 		PollInterval: cfg.PollInterval, WorkerTTL: cfg.WorkerTTL}, pool, w, checkHost{e})
 	return e
 }
@@ -86,17 +85,17 @@ var workerSettings = map[string]string{
 }
 
 // Close releases the engine's own pool. Call after Run has returned.
-func (e *Engine) Close() { e.w.workers.Close() }
+func (e *Engine) Close() { e.w.Workers.Close() }
 
 // Schema returns the catalog schema.
-func (e *Engine) Schema() string { return e.w.cfg.Schema }
+func (e *Engine) Schema() string { return e.w.Cfg.Schema }
 
 // Run runs this process's workers until ctx is done: the listener, the
 // staging candidate and the drain workers. It returns nil on cancellation.
 func (e *Engine) Run(ctx context.Context) error {
 	var role string
 	for {
-		err := e.w.workers.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.w.tbl("_instance"))).Scan(&role)
+		err := e.w.Workers.QueryRow(ctx, fmt.Sprintf("SELECT worker_role FROM %s", e.w.Tbl("_instance"))).Scan(&role)
 		if err == nil {
 			break
 		}
@@ -106,21 +105,21 @@ func (e *Engine) Run(ctx context.Context) error {
 		if base.Code(err) == pgerr.UndefinedTable || !base.Transient(err) {
 			return fmt.Errorf("engine: reading the instance marker (run Migrate first): %w", err)
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		worker.SleepCtx(ctx, 100*time.Millisecond)
 	}
-	e.w.workerRoleV.Store(&role)
-	defer e.w.states.clear()
+	e.w.SetWorkerRole(role)
+	defer e.w.States.Clear()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return e.listen(gctx) })
 	g.Go(func() error { return e.heartbeat(gctx) })
-	if e.w.cfg.Staging != StagingOff {
-		e.w.states.set(e.w.stagingWorkerID(), "staging", "standby")
-		g.Go(func() error { return e.w.stagingCandidate(gctx) })
+	if e.w.Cfg.Staging != worker.StagingOff {
+		e.w.States.Set(e.w.StagingWorkerID(), "staging", "standby")
+		g.Go(func() error { return e.w.StagingCandidate(gctx) })
 	}
-	for i := 0; i < e.w.cfg.DrainWorkers; i++ {
-		id := fmt.Sprintf("%s/drain-%d", e.w.cfg.ProcessID, i)
-		e.w.states.set(id, "drain", "idle")
-		g.Go(func() error { return e.w.drainLoop(gctx, id, i%2 == 1) })
+	for i := 0; i < e.w.Cfg.DrainWorkers; i++ {
+		id := fmt.Sprintf("%s/drain-%d", e.w.Cfg.ProcessID, i)
+		e.w.States.Set(id, "drain", "idle")
+		g.Go(func() error { return e.w.DrainLoop(gctx, id, i%2 == 1) })
 	}
 	err := g.Wait()
 	if ctx.Err() != nil {
@@ -136,14 +135,14 @@ func (e *Engine) listen(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		e.w.log.Warn("engine listener failed; reconnecting", "err", err)
-		sleepCtx(ctx, 200*time.Millisecond)
+		e.w.Log.Warn("engine listener failed; reconnecting", "err", err)
+		worker.SleepCtx(ctx, 200*time.Millisecond)
 	}
 	return nil
 }
 
 func (e *Engine) listenOnce(ctx context.Context) error {
-	conn, err := e.w.workers.Acquire(ctx)
+	conn, err := e.w.Workers.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -153,7 +152,7 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 		conn.Hijack().Close(context.Background())
 	}()
 	for _, ch := range []string{"wake", "sealed", "drained", "seal"} {
-		if _, err := conn.Exec(ctx, "LISTEN "+base.Ident(e.w.channel(ch))); err != nil {
+		if _, err := conn.Exec(ctx, "LISTEN "+base.Ident(e.w.Channel(ch))); err != nil {
 			return err
 		}
 	}
@@ -163,42 +162,42 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 			return err
 		}
 		switch n.Channel {
-		case e.w.channel("wake"):
-			e.w.checks.Woken() // perhaps a self-check job
-			poke(e.w.wakeStaging)
-			poke(e.w.wakeDrain)
-		case e.w.channel("sealed"):
-			poke(e.w.wakeDrain)
-		case e.w.channel("drained"):
-			e.w.signalDrained()
-			poke(e.w.wakePass) // retirement
-			poke(e.w.wakeSeal) // a chained target's rows
-			poke(e.w.wakeDrain)
-		case e.w.channel("seal"):
-			poke(e.w.wakeSeal)
+		case e.w.Channel("wake"):
+			e.w.Checks.Woken() // perhaps a self-check job
+			worker.Poke(e.w.WakeStaging)
+			worker.Poke(e.w.WakeDrain)
+		case e.w.Channel("sealed"):
+			worker.Poke(e.w.WakeDrain)
+		case e.w.Channel("drained"):
+			e.w.SignalDrained()
+			worker.Poke(e.w.WakePass) // retirement
+			worker.Poke(e.w.WakeSeal) // a chained target's rows
+			worker.Poke(e.w.WakeDrain)
+		case e.w.Channel("seal"):
+			worker.Poke(e.w.WakeSeal)
 		}
 	}
 }
 
 // heartbeat keeps this process's _workers row fresh (liveness, §12.11).
 func (e *Engine) heartbeat(ctx context.Context) error {
-	id := e.w.cfg.ProcessID
+	id := e.w.Cfg.ProcessID
 	beat := func() {
-		_, err := e.w.workers.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (worker_id, proxy_id, kind, last_seen, format)
+		_, err := e.w.Workers.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (worker_id, proxy_id, kind, last_seen, format)
 			VALUES ($1, $2, 'drain', now(), $3) ON CONFLICT (worker_id) DO UPDATE SET last_seen = now(), format = excluded.format`,
-			e.w.tbl("_workers")), id, e.w.cfg.ProcessID, catalog.FormatVersion)
+			e.w.Tbl("_workers")), id, e.w.Cfg.ProcessID, catalog.FormatVersion)
 		if err != nil && ctx.Err() == nil {
-			e.w.log.Warn("heartbeat failed", "err", err)
+			e.w.Log.Warn("heartbeat failed", "err", err)
 		}
 	}
 	beat()
-	t := time.NewTicker(e.w.cfg.Heartbeat)
+	t := time.NewTicker(e.w.Cfg.Heartbeat)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			e.w.workers.Exec(c, fmt.Sprintf("DELETE FROM %s WHERE worker_id = $1", e.w.tbl("_workers")), id)
+			e.w.Workers.Exec(c, fmt.Sprintf("DELETE FROM %s WHERE worker_id = $1", e.w.Tbl("_workers")), id)
 			cancel()
 			return nil
 		case <-t.C:
@@ -209,26 +208,11 @@ func (e *Engine) heartbeat(ctx context.Context) error {
 
 // Workers returns the states of this process's workers, staging first,
 // then drain workers by id; empty while Run is not running.
-func (e *Engine) Workers() []WorkerState {
-	e.w.states.mu.Lock()
-	out := make([]WorkerState, 0, len(e.w.states.m))
-	for _, s := range e.w.states.m {
-		out = append(out, *s)
-	}
-	e.w.states.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Kind != out[j].Kind {
-			return out[i].Kind == "staging"
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out
+func (e *Engine) Workers() []worker.WorkerState {
+	return e.w.States.List()
 }
 
 // StagingHeld reports whether this process holds the staging role now.
 func (e *Engine) StagingHeld() bool {
-	e.w.states.mu.Lock()
-	defer e.w.states.mu.Unlock()
-	s := e.w.states.m[e.w.stagingWorkerID()]
-	return s != nil && s.State == "holding"
+	return e.w.States.Holding(e.w.StagingWorkerID())
 }

@@ -41,7 +41,7 @@ func TestLifecycleStatementWaitsOnlyForPagesInFlight(t *testing.T) {
 	}
 	defer inFlight.Rollback(ctx)
 	var got bool
-	if err := inFlight.QueryRow(ctx, "SELECT cardinality("+e.w.tryFencesSQL("ARRAY[$1::bigint]", false)+") = 1", id).Scan(&got); err != nil || !got {
+	if err := inFlight.QueryRow(ctx, "SELECT cardinality("+e.w.TryFencesSQL("ARRAY[$1::bigint]", false)+") = 1", id).Scan(&got); err != nil || !got {
 		t.Fatalf("fence not taken shared: %v %v", got, err)
 	}
 	paused := make(chan error, 1)
@@ -51,7 +51,7 @@ func TestLifecycleStatementWaitsOnlyForPagesInFlight(t *testing.T) {
 	}()
 	if returned, err := awaitBeforeReturn(t, "PAUSE to wait for the fence", paused, func() bool {
 		return rows(`SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND NOT granted AND mode = 'ExclusiveLock'
-			AND relation = to_regclass(format('%I.%I', $1::text, 'd' || $2::bigint))`, e.w.fenceSchema(), id) > 0
+			AND relation = to_regclass(format('%I.%I', $1::text, 'd' || $2::bigint))`, e.w.FenceSchema(), id) > 0
 	}); returned {
 		t.Fatalf("PAUSE returned while a page held the fence: %v", err)
 	}
@@ -108,7 +108,7 @@ func TestBuildPlanWalksInSteps(t *testing.T) {
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
 	cfg.BuildStepBudget = time.Hour // steps bounded by keys alone here
 	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
-		e.w.plant.planStepRows = 300 // three chunks a step
+		e.w.Plant.PlanStepRows = 300 // three chunks a step
 	})
 	if _, err := applyText(t, e, `TRANSFORM v FROM s SELECT a * 2 AS a2`); err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestBuildPlanWalksInSteps(t *testing.T) {
 	var seen []int64
 	for open, chunks := planOpen(); open; open, chunks = planOpen() {
 		seen = append(seen, chunks)
-		if _, err := e.w.buildStep(ctx, "test"); err != nil {
+		if _, err := e.w.BuildStep(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,8 +187,8 @@ func rebuildSteps(t *testing.T, locked bool) {
 	cfg.BuildChunkSize, cfg.FreshChunkSize = 100, 100
 	cfg.BuildStepBudget = time.Nanosecond
 	e, _ := startPlanted(t, pool, cfg, func(e *Engine) {
-		e.w.plant.firstSlice = 7
-		e.w.plant.lockedRebuilds = locked
+		e.w.Plant.FirstSlice = 7
+		e.w.Plant.LockedRebuilds = locked
 	})
 	// build runs steps until the definition is live, counting them, and
 	// returns the most rows an open chunk had recorded between steps.
@@ -250,7 +250,7 @@ func rebuildSteps(t *testing.T, locked bool) {
 }
 
 // A lifecycle statement cancels a build step of its definition in flight
-// instead of waiting for it (fence.go, the build mark): PAUSE returns while
+// instead of waiting for it (engine/worker/fence.go, the build mark): PAUSE returns while
 // the step is still stuck in a statement (here behind a lock the test
 // holds on the ledger), the step fails with 57014 uncharged, and the
 // build, resumed, ends exact.
@@ -268,7 +268,7 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 	}
 	// Run the plan, so that the next step is a chunk.
 	waitFor(t, "a planned chunk", 30*time.Second, func() bool {
-		if _, err := e.w.buildStep(ctx, "test"); err != nil {
+		if _, err := e.w.BuildStep(ctx, "test"); err != nil {
 			t.Fatal(err)
 		}
 		return count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE kind = 'chunk' AND state = 'open'`) > 0
@@ -281,7 +281,7 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 	exec(t, holder, `LOCK TABLE t__ledger IN ROW EXCLUSIVE MODE`)
 	stepped := make(chan error, 1)
 	go func() {
-		_, err := e.w.buildStep(context.Background(), "test")
+		_, err := e.w.BuildStep(context.Background(), "test")
 		stepped <- err
 	}()
 	// The chunk waits for the ledger lock, holding the fence and the mark.
@@ -327,7 +327,7 @@ func TestLifecycleStatementCancelsBuildStepInFlight(t *testing.T) {
 		if st, _, _ := storedStatus(t, e, "t"); st == "live" {
 			return true
 		}
-		if _, err := e.w.buildStep(ctx, "test"); err != nil && !base.Transient(err) {
+		if _, err := e.w.BuildStep(ctx, "test"); err != nil && !base.Transient(err) {
 			t.Fatal(err)
 		}
 		return false

@@ -13,6 +13,7 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // Golden files of the SQL the engine generates, so a change to a generator
@@ -72,7 +73,7 @@ var goldenSpecs = []goldenSpec{
 func goldenEach(t *testing.T, check func(t *testing.T, e *Engine, g goldenSpec)) {
 	pool := testDB(t)
 	cfg := fastConfig()
-	cfg.Staging, cfg.DrainWorkers = StagingOff, -1
+	cfg.Staging, cfg.DrainWorkers = worker.StagingOff, -1
 	e, _ := startEngine(t, pool, cfg)
 	for _, g := range goldenSpecs {
 		t.Run(g.name, func(t *testing.T) {
@@ -90,7 +91,7 @@ func goldenEach(t *testing.T, check func(t *testing.T, e *Engine, g goldenSpec))
 func TestGoldenGeneratedSQL(t *testing.T) {
 	ctx := context.Background()
 	goldenEach(t, func(t *testing.T, e *Engine, g goldenSpec) {
-		pool := e.w.pool
+		pool := e.w.Pool
 		text := goldenRender(t, e, goldenTarget(t, g.define), g.pause)
 		if g.name == "nullable_identity_chain" {
 			// A 1-1 transform over an aggregate target: keyed by the
@@ -108,7 +109,7 @@ func TestGoldenGeneratedSQL(t *testing.T) {
 // read views: a change to the catalog is a reviewed diff, never an
 // accident of a move.
 func TestGoldenCatalogSQL(t *testing.T) {
-	e := New(testDB(t), Config{})
+	e := New(testDB(t), worker.Config{})
 	defer e.Close()
 	var b strings.Builder
 	for i, m := range catalog.Migrations() {
@@ -122,8 +123,8 @@ func TestGoldenCatalogSQL(t *testing.T) {
 // goldenNormalize replaces the workers' role, which is the test cluster's
 // superuser and so differs between machines.
 func goldenNormalize(e *Engine, text string) string {
-	text = strings.ReplaceAll(text, base.Ident(e.w.workerRole()), `"{{WORKER}}"`)
-	return strings.ReplaceAll(text, base.Lit(e.w.workerRole()), `'{{WORKER}}'`)
+	text = strings.ReplaceAll(text, base.Ident(e.w.WorkerRole()), `"{{WORKER}}"`)
+	return strings.ReplaceAll(text, base.Lit(e.w.WorkerRole()), `'{{WORKER}}'`)
 }
 
 func goldenTarget(t *testing.T, stmt string) string {
@@ -140,12 +141,12 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	t.Helper()
 	var id, version int64
 	var raw []byte
-	if err := e.w.pool.QueryRow(context.Background(), fmt.Sprintf(
-		"SELECT id, version, compiled FROM %s WHERE target_table = format('%%I.%%I', 'public', $1::text)", e.w.tbl("_definitions")),
+	if err := e.w.Pool.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT id, version, compiled FROM %s WHERE target_table = format('%%I.%%I', 'public', $1::text)", e.w.Tbl("_definitions")),
 		target).Scan(&id, &version, &raw); err != nil {
 		t.Fatal(err)
 	}
-	cd, err := e.w.compiledForPaused(id, version, raw, paused)
+	cd, err := e.w.CompiledForPaused(id, version, raw, paused)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +160,13 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 	tgt, led := c.Shapes()
 	section("target shape", goldenShape(tgt))
 	section("ledger shape", goldenShape(led))
-	p := e.w.inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
+	p := e.w.Inst().NewCapturePlan(c.SourceText, c.Key, c.KeyNullable)
 	// As installCapture resolves them.
-	if err := e.w.pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
+	if err := e.w.Pool.QueryRow(context.Background(), `SELECT array_agg(to_regtype(t)::oid ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY u(t, i)`,
 		p.KeyTypeNames()).Scan(&p.KeyTypes); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range e.w.inst().CaptureDDL(p) {
+	for i, s := range e.w.Inst().CaptureDDL(p) {
 		section(fmt.Sprintf("capture %d", i+1), s)
 	}
 	section("lock insert", cd.LockInsert)
@@ -204,7 +205,7 @@ func goldenRender(t *testing.T, e *Engine, target string, paused []string) strin
 
 // renderCatalogSQL renders a catalog script for e's instance.
 func (e *Engine) renderCatalogSQL(s string) string {
-	return catalog.Render(s, e.w.cfg.Schema, e.w.fenceSchema())
+	return catalog.Render(s, e.w.Cfg.Schema, e.w.FenceSchema())
 }
 
 // goldenShape writes a table shape (_create_table's input) as a column

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -56,13 +56,13 @@ func TestEntryLockHolds(t *testing.T) {
 	var raw []byte
 	var version int64
 	pool.QueryRow(ctx, `SELECT compiled, version FROM trellis._definitions WHERE id = $1`, d.ID).Scan(&raw, &version)
-	cd, err := e.w.compiledFor(d.ID, version, raw)
+	cd, err := e.w.CompiledFor(d.ID, version, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, _ := e.w.workers.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, _ := e.w.Workers.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	defer tx.Rollback(ctx)
-	if err := e.w.applyKeys(ctx, tx, cd, []string{"1", "2"}); err != nil {
+	if err := e.w.ApplyKeys(ctx, tx, cd, []string{"1", "2"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = pool.Exec(ctx, `SELECT 1 FROM "h6g__ledger" WHERE k IN ('1', '2') FOR UPDATE NOWAIT`)
@@ -93,7 +93,7 @@ func TestBatchFlipIsAtomic(t *testing.T) {
 				_, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s
 					SET done_mask  = done_mask | (1::bigint << $2),
 					    state      = CASE WHEN (done_mask | (1::bigint << $2)) = (1::bigint << bucket_count) - 1 THEN 'drained' ELSE state END
-					WHERE seq = $1`, e.w.tbl("_batches")), seq, b)
+					WHERE seq = $1`, e.w.Tbl("_batches")), seq, b)
 				if err != nil {
 					t.Error(err)
 				}
@@ -113,7 +113,7 @@ func TestBatchFlipIsAtomic(t *testing.T) {
 func TestMigrate(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
-	e := New(pool, Config{})
+	e := New(pool, worker.Config{})
 	defer e.Close()
 	var wg sync.WaitGroup
 	for range 3 {
@@ -124,7 +124,7 @@ func TestMigrate(t *testing.T) {
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []Config{{Schema: "public"}, {Schema: "x", TargetSchema: "x"}, {Schema: "public2"}} {
+	for _, c := range []worker.Config{{Schema: "public"}, {Schema: "x", TargetSchema: "x"}, {Schema: "public2"}} {
 		if c.Schema == "public2" {
 			exec(t, pool, `CREATE SCHEMA public2; CREATE TABLE public2.t (id int)`)
 		}
@@ -136,9 +136,9 @@ func TestMigrate(t *testing.T) {
 		}
 	}
 	// The target schema of one instance cannot be another's catalog.
-	e3 := New(pool, Config{Schema: "public"})
+	e3 := New(pool, worker.Config{Schema: "public"})
 	defer e3.Close()
-	if err := New(pool, Config{Schema: "other", TargetSchema: "trellis"}).Migrate(ctx); pgerr.CodeOf(err) != pgerr.ObjectNotInPrerequisiteState {
+	if err := New(pool, worker.Config{Schema: "other", TargetSchema: "trellis"}).Migrate(ctx); pgerr.CodeOf(err) != pgerr.ObjectNotInPrerequisiteState {
 		t.Errorf("target schema = another catalog: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestKilledWorkersMidPage(t *testing.T) {
 	var once sync.Once
 	hold := make(chan struct{})
 	e1 := New(pool, cfg)
-	e1.w.plant.pageHook = func(stage string) {
+	e1.w.Plant.PageHook = func(stage string) {
 		if stage == "before-commit" {
 			once.Do(func() { <-hold })
 		}
@@ -204,13 +204,13 @@ func TestSealWindowsExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	role := "postgres"
-	e.w.workerRoleV.Store(&role)
-	conn, err := pgx.ConnectConfig(ctx, e.w.workers.Config().ConnConfig)
+	e.w.SetWorkerRole(role)
+	conn, err := pgx.ConnectConfig(ctx, e.w.Workers.Config().ConnConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if ok, err := e.w.cap.installCapture(ctx, conn, e.w.inst().NewCapturePlan("public.h1", []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)); !ok || err != nil {
+	if ok, err := e.w.Cap.InstallCapture(ctx, conn, e.w.Inst().NewCapturePlan("public.h1", []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)); !ok || err != nil {
 		t.Fatalf("install: %v %v", ok, err)
 	}
 	levels := []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable, pgx.ReadCommitted, pgx.RepeatableRead}
@@ -238,7 +238,7 @@ func TestSealWindowsExactlyOnce(t *testing.T) {
 	for k := 0; k < 12; k++ {
 		id++
 		exec(t, pool, `INSERT INTO h1 VALUES ($1, $1)`, id) // committed at once
-		if _, err := e.w.seal(ctx, conn); err != nil {
+		if _, err := e.w.Seal(ctx, conn); err != nil {
 			t.Fatal(err)
 		}
 		// Stand in for the drains: the stager seals only while fewer than two batches wait.
@@ -251,7 +251,7 @@ func TestSealWindowsExactlyOnce(t *testing.T) {
 			}
 		}
 	}
-	if _, err := e.w.seal(ctx, conn); err != nil {
+	if _, err := e.w.Seal(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
 	// Every visible log row is in exactly one batch window.

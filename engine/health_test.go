@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // writers runs n tight-loop writers (insert, update, delete) on table until
@@ -41,11 +41,11 @@ func runWriters(t *testing.T, e *Engine, table string, n int) (stop func() error
 				// Statements that name no column a test renames, drops or re-types.
 				switch i % 3 {
 				case 0:
-					_, err = e.w.pool.Exec(ctx, fmt.Sprintf("INSERT INTO %s DEFAULT VALUES", table))
+					_, err = e.w.Pool.Exec(ctx, fmt.Sprintf("INSERT INTO %s DEFAULT VALUES", table))
 				case 1:
-					_, err = e.w.pool.Exec(ctx, fmt.Sprintf("UPDATE %[1]s SET c = coalesce(c, 0) + 1 WHERE ctid = (SELECT ctid FROM %[1]s OFFSET $1 LIMIT 1)", table), (w*7+i)%50)
+					_, err = e.w.Pool.Exec(ctx, fmt.Sprintf("UPDATE %[1]s SET c = coalesce(c, 0) + 1 WHERE ctid = (SELECT ctid FROM %[1]s OFFSET $1 LIMIT 1)", table), (w*7+i)%50)
 				case 2:
-					_, err = e.w.pool.Exec(ctx, fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = (SELECT ctid FROM %[1]s OFFSET $1 LIMIT 1)", table), (w*13+i)%50)
+					_, err = e.w.Pool.Exec(ctx, fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = (SELECT ctid FROM %[1]s OFFSET $1 LIMIT 1)", table), (w*13+i)%50)
 				}
 				if err != nil {
 					first.CompareAndSwap(nil, fmt.Errorf("writer %d op %d: %w", w, i, err))
@@ -75,7 +75,7 @@ func runWriters(t *testing.T, e *Engine, table string, n int) (stop func() error
 func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 	pool := testDB(t)
 	cfg := fastConfig()
-	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it
+	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it
 	e, _ := startEngine(t, pool, cfg)
 	for _, alter := range []string{
 		`ALTER TABLE s ADD COLUMN extra int`,
@@ -89,9 +89,9 @@ func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 		exec(t, pool, `DROP TABLE IF EXISTS s CASCADE`)
 		exec(t, pool, `CREATE SEQUENCE IF NOT EXISTS sq; CREATE TABLE s (id int PRIMARY KEY DEFAULT nextval('sq'), a int DEFAULT 1, b int DEFAULT 2, c int)`)
 		exec(t, pool, `INSERT INTO s SELECT FROM generate_series(1, 100) g`)
-		p := e.w.inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.w.Inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, _ := pool.Acquire(context.Background())
-		ok, err := e.w.cap.installCapture(context.Background(), conn.Conn(), p)
+		ok, err := e.w.Cap.InstallCapture(context.Background(), conn.Conn(), p)
 		conn.Release()
 		if !ok || err != nil {
 			t.Fatal(ok, err)
@@ -117,7 +117,7 @@ func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 func BenchmarkCaptureGuard(b *testing.B) {
 	pool := testDB(b)
 	cfg := fastConfig()
-	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it
+	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it
 	e, _ := startEngine(b, pool, cfg)
 	ctx := context.Background()
 	modes := []string{"no_capture", "unguarded", "guarded"}
@@ -126,19 +126,19 @@ func BenchmarkCaptureGuard(b *testing.B) {
 		if mode == "no_capture" {
 			continue
 		}
-		p := e.w.inst().NewCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.w.Inst().NewCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, err := e.w.cap.installCapture(ctx, conn.Conn(), p); !ok || err != nil {
+		if ok, err := e.w.Cap.InstallCapture(ctx, conn.Conn(), p); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
 		if mode == "unguarded" {
 			for _, ev := range []string{"insert", "update", "delete"} {
-				for _, s := range e.w.inst().CaptureDDL(p) {
-					if strings.HasPrefix(s, "CREATE OR REPLACE FUNCTION "+e.w.inst().CapFunc(p.Table, ev)+"()") {
-						exec(b, conn, strings.Replace(s, e.w.inst().CaptureGuard(p, ev), "", 1))
+				for _, s := range e.w.Inst().CaptureDDL(p) {
+					if strings.HasPrefix(s, "CREATE OR REPLACE FUNCTION "+e.w.Inst().CapFunc(p.Table, ev)+"()") {
+						exec(b, conn, strings.Replace(s, e.w.Inst().CaptureGuard(p, ev), "", 1))
 					}
 				}
 			}
@@ -164,8 +164,8 @@ func BenchmarkCaptureGuard(b *testing.B) {
 	exec(b, conn, `SELECT 1`)
 	for _, mode := range modes[1:] {
 		var us float64
-		p := e.w.inst().NewCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
-		fns := []string{e.w.inst().CapFunc(p.Table, "insert"), e.w.inst().CapFunc(p.Table, "update")}
+		p := e.w.Inst().NewCapturePlan(`"public"."`+mode+`"`, []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		fns := []string{e.w.Inst().CapFunc(p.Table, "insert"), e.w.Inst().CapFunc(p.Table, "update")}
 		if err := conn.QueryRow(ctx, `SELECT coalesce(1000 * sum(self_time) / nullif(sum(calls), 0), 0) FROM pg_stat_user_functions
 			WHERE funcid = ANY (ARRAY[$1::text::regproc, $2::text::regproc]::oid[])`, fns[0], fns[1]).Scan(&us); err != nil {
 			b.Fatal(err)
@@ -317,16 +317,16 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
 	cfg := fastConfig()
-	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
+	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	install := func(table string) {
-		p := e.w.inst().NewCapturePlan(`"public".`+base.Ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
+		p := e.w.Inst().NewCapturePlan(`"public".`+base.Ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Release()
-		if ok, err := e.w.cap.installCapture(ctx, conn.Conn(), p); !ok || err != nil {
+		if ok, err := e.w.Cap.InstallCapture(ctx, conn.Conn(), p); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 	}
@@ -399,15 +399,15 @@ func TestKeyTypeRenameKeepsCapture(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
 	cfg := fastConfig()
-	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
+	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	exec(t, pool, `CREATE DOMAIN kd AS int; CREATE TABLE s (id kd PRIMARY KEY, a int)`)
-	p := e.w.inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: `"public"."kd"`, FullType: `"public"."kd"`}}, false)
+	p := e.w.Inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: `"public"."kd"`, FullType: `"public"."kd"`}}, false)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.w.cap.installCapture(ctx, conn.Conn(), p); !ok || err != nil {
+	if ok, err := e.w.Cap.InstallCapture(ctx, conn.Conn(), p); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	conn.Release()

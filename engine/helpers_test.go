@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 )
 
@@ -35,8 +35,8 @@ func testDB(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-func fastConfig() Config {
-	return Config{
+func fastConfig() worker.Config {
+	return worker.Config{
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
 		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
@@ -45,22 +45,26 @@ func fastConfig() Config {
 }
 
 // startEngine migrates and runs an engine until the test ends.
-func startEngine(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Engine, context.CancelFunc) {
+func startEngine(t testing.TB, pool *pgxpool.Pool, cfg worker.Config) (*Engine, context.CancelFunc) {
 	t.Helper()
 	return startPlanted(t, pool, cfg, nil)
 }
 
 // startPlanted is startEngine with plant set on the engine before it
 // migrates and runs (planted faults, step sizes).
-func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg Config, plant func(*Engine)) (*Engine, context.CancelFunc) {
+func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg worker.Config, plant func(*Engine)) (*Engine, context.CancelFunc) {
 	t.Helper()
 	e := New(pool, cfg)
 	if plant != nil {
 		plant(e)
 	}
 	// Diagnostics: keep every change-log row so a failure can show where a
-	// key's changes went (explainKeys).
-	e.w.plant.keepLog = os.Getenv("TRELLIS_KEEP_LOG") != ""
+	// key's changes went (explainKeys). Only ever turned on here: a test's
+	// own plant (TestRetiringBatchKeysSkipsDrainingBatch) must stand, or
+	// retirement races its reads.
+	if os.Getenv("TRELLIS_KEEP_LOG") != "" {
+		e.w.Plant.KeepLog = true
+	}
 	if err := e.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +73,7 @@ func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg Config, plant func(*Engi
 	go func() { done <- e.Run(ctx) }()
 	// Run reads the workers' role first; tests that render capture by hand
 	// (newCapturePlan) need it, as the staging worker does.
-	for deadline := time.Now().Add(30 * time.Second); e.w.workerRole() == "" && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); e.w.WorkerRole() == "" && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	stopped := false
@@ -97,7 +101,7 @@ func exec(t testing.TB, q Querier, sql string, args ...any) {
 
 func define(t testing.TB, e *Engine, spec Spec) *Defined {
 	t.Helper()
-	d, err := e.Define(context.Background(), e.w.pool, spec)
+	d, err := e.Define(context.Background(), e.w.Pool, spec)
 	if err != nil {
 		t.Fatalf("define %s: %v", spec.Target.Name, err)
 	}

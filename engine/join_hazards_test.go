@@ -1,11 +1,5 @@
 package engine
 
-// The hazards of joins spec §6, one test each, with the interleaving
-// forced through the page hooks (a page held at a stage while the test
-// commits the other side). Each hazard also runs with a planted fault
-// that its interleaving exposes and must then diverge: the test shows it
-// can fail.
-
 import (
 	"context"
 	"strings"
@@ -14,7 +8,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
+
+// The hazards of joins spec §6, one test each, with the interleaving
+// forced through the page hooks (a page held at a stage while the test
+// commits the other side). Each hazard also runs with a planted fault
+// that its interleaving exposes and must then diverge: the test shows it
+// can fail.
 
 // hzHolds holds the first page reaching an armed stage until released.
 type hzHolds struct {
@@ -81,7 +82,7 @@ var hzChecks = []struct{ got, want string }{
 	{`SELECT name, total, n FROM hz_agg`, `SELECT c.name, sum(o.v), count(*) FROM hz_ord o LEFT JOIN hz_cust c ON c.id = o.cust_id GROUP BY c.name`},
 }
 
-func newHzEnv(t *testing.T, plant plants) *hzEnv {
+func newHzEnv(t *testing.T, plant worker.Plants) *hzEnv {
 	pool := testDB(t)
 	for _, q := range []string{
 		`CREATE TABLE hz_region (id int PRIMARY KEY, name text)`,
@@ -97,8 +98,8 @@ func newHzEnv(t *testing.T, plant plants) *hzEnv {
 	}
 	h := &hzHolds{armed: map[string]*hzHold{}}
 	e := New(pool, fastConfig())
-	e.w.plant = plant
-	e.w.plant.pageHook = h.hook
+	e.w.Plant = plant
+	e.w.Plant.PageHook = h.hook
 	runHooked(t, e)
 	t.Cleanup(func() { // before the engine stops (cleanups run last-in first)
 		h.mu.Lock()
@@ -154,9 +155,9 @@ func (h *hzEnv) lockWaiters() bool {
 
 // hazard runs scenario clean (it must end exact) and with plant armed
 // (it must diverge: the scenario exposes that fault).
-func hazard(t *testing.T, plant plants, scenario func(h *hzEnv) string) {
+func hazard(t *testing.T, plant worker.Plants, scenario func(h *hzEnv) string) {
 	t.Run("clean", func(t *testing.T) {
-		if d := scenario(newHzEnv(t, plants{})); d != "" {
+		if d := scenario(newHzEnv(t, worker.Plants{})); d != "" {
 			t.Fatalf("diverged:\n%s", d)
 		}
 	})
@@ -176,9 +177,9 @@ func hazard(t *testing.T, plant plants, scenario func(h *hzEnv) string) {
 // before the ledger lock (joinReadEarly): the held re-derive read the old
 // name and writes it after the fan-out's re-derive wrote the new one.
 func TestJoinHazardFactRepointedAsDimensionChangesFactFirst(t *testing.T) {
-	hazard(t, plants{joinReadEarly: time.Nanosecond}, func(h *hzEnv) string {
+	hazard(t, worker.Plants{JoinReadEarly: time.Nanosecond}, func(h *hzEnv) string {
 		stage := "locked hz_wide"
-		if h.e.w.plant.joinReadEarly > 0 {
+		if h.e.w.Plant.JoinReadEarly > 0 {
 			stage = "read early hz_wide"
 		}
 		hd := h.holds.arm(stage)
@@ -205,14 +206,14 @@ func TestJoinHazardFactRepointedAsDimensionChangesFactFirst(t *testing.T) {
 // (dropEveryNthKey 1 drops the fact's re-derive; the fan-out page, whose
 // keys are the dimension's, is not the one held).
 func TestJoinHazardFactRepointedAsDimensionChangesDimensionFirst(t *testing.T) {
-	hazard(t, plants{dropEveryNthKey: 1}, func(h *hzEnv) string {
+	hazard(t, worker.Plants{DropEveryNthKey: 1}, func(h *hzEnv) string {
 		hd := h.holds.arm("fanned out hz_wide")
 		exec(h.t, h.pool, `UPDATE hz_cust SET name = 'renamed' WHERE id = 3`)
-		if h.e.w.plant.dropEveryNthKey == 0 {
+		if h.e.w.Plant.DropEveryNthKey == 0 {
 			hd.await(h.t, "the dimension update's fan-out")
 		}
 		exec(h.t, h.pool, `UPDATE hz_ord SET cust_id = 3 WHERE id = 1`)
-		if h.e.w.plant.dropEveryNthKey == 0 && !h.waitFor(func() bool {
+		if h.e.w.Plant.DropEveryNthKey == 0 && !h.waitFor(func() bool {
 			return count(h.t, h.pool, `SELECT 1 FROM hz_wide WHERE id = 1 AND cust = 'renamed'`) > 0
 		}) {
 			hd.release.open()
@@ -229,7 +230,7 @@ func TestJoinHazardFactRepointedAsDimensionChangesDimensionFirst(t *testing.T) {
 // held fan-out. Checked to fail with fan-out of new values only
 // (fanOutNewOnly: the deleted row fans out to nothing).
 func TestJoinHazardDimensionDeletedAndReinserted(t *testing.T) {
-	hazard(t, plants{fanOutNewOnly: true}, func(h *hzEnv) string {
+	hazard(t, worker.Plants{FanOutNewOnly: true}, func(h *hzEnv) string {
 		exec(h.t, h.pool, `DELETE FROM hz_cust WHERE id = 4`)
 		if d := h.differs(); d != "" {
 			return "after the delete: " + d
@@ -253,7 +254,7 @@ func TestJoinHazardDimensionDeletedAndReinserted(t *testing.T) {
 // the new value. Checked to fail with a root key lost on pages
 // (dropEveryNthKey 1).
 func TestJoinHazardFanOutBeforeFactInsertSealed(t *testing.T) {
-	hazard(t, plants{dropEveryNthKey: 1}, func(h *hzEnv) string {
+	hazard(t, worker.Plants{DropEveryNthKey: 1}, func(h *hzEnv) string {
 		ctx := context.Background()
 		fact, err := h.pool.Begin(ctx)
 		if err != nil {
@@ -263,13 +264,13 @@ func TestJoinHazardFanOutBeforeFactInsertSealed(t *testing.T) {
 		exec(h.t, fact, `INSERT INTO hz_ord VALUES (100, 6, 1000)`)
 		hd := h.holds.arm("fanned out hz_wide")
 		exec(h.t, h.pool, `UPDATE hz_cust SET name = 'renamed' WHERE id = 6`)
-		if h.e.w.plant.dropEveryNthKey == 0 {
+		if h.e.w.Plant.DropEveryNthKey == 0 {
 			hd.await(h.t, "the dimension update's fan-out")
 		}
 		if err := fact.Commit(ctx); err != nil {
 			h.t.Fatal(err)
 		}
-		if h.e.w.plant.dropEveryNthKey == 0 && !h.waitFor(func() bool {
+		if h.e.w.Plant.DropEveryNthKey == 0 && !h.waitFor(func() bool {
 			return count(h.t, h.pool, `SELECT 1 FROM hz_wide WHERE id = 100 AND cust = 'renamed'`) > 0
 		}) {
 			hd.release.open()
@@ -286,7 +287,7 @@ func TestJoinHazardFanOutBeforeFactInsertSealed(t *testing.T) {
 // fail with the first item's fan-out skipped (fanOutSkipItem 1: the
 // customer's change reaches no order).
 func TestJoinHazardSnowflakeEdgeRepointed(t *testing.T) {
-	hazard(t, plants{fanOutSkipItem: 1}, func(h *hzEnv) string {
+	hazard(t, worker.Plants{FanOutSkipItem: 1}, func(h *hzEnv) string {
 		hd := h.holds.arm("fan-out hz_wide")
 		exec(h.t, h.pool, `UPDATE hz_cust SET region_id = 3 WHERE id = 1`)
 		hd.await(h.t, "the customer's fan-out")
@@ -306,7 +307,7 @@ func TestJoinHazardSnowflakeEdgeRepointed(t *testing.T) {
 // equal to its join. Checked to fail with the first item's fan-out
 // skipped (fanOutSkipItem 1: the truncate re-derives no order).
 func TestJoinHazardDimensionTruncatedBetweenRootChanges(t *testing.T) {
-	hazard(t, plants{fanOutSkipItem: 1}, func(h *hzEnv) string {
+	hazard(t, worker.Plants{FanOutSkipItem: 1}, func(h *hzEnv) string {
 		hd := h.holds.arm("locked hz_wide")
 		exec(h.t, h.pool, `UPDATE hz_ord SET v = v + 1, cust_id = 2 WHERE id IN (1, 2)`)
 		hd.await(h.t, "the order change's page")

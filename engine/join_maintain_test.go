@@ -24,7 +24,7 @@ func transform(t *testing.T, e *Engine, stmt string) {
 		t.Fatalf("%s: %v", stmt, err)
 	}
 	ctx := context.Background()
-	tx, err := e.w.pool.Begin(ctx)
+	tx, err := e.w.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

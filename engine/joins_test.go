@@ -87,7 +87,7 @@ func TestJoinTargetChecks(t *testing.T) {
 func applyAs(t *testing.T, e *Engine, role string, st grammar.Statement) error {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := e.w.pool.Begin(ctx)
+	tx, err := e.w.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
+	"github.com/trellis-proxy/trellis-proxy/engine/capture"
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
@@ -25,12 +26,12 @@ func wantErr(t *testing.T, err error, code, variant string) *pgerr.Error {
 }
 
 // storedStatus reads a definition's stored status and capture_failure.
-func storedStatus(t *testing.T, e *Engine, target string) (string, *captureFailure, int64) {
+func storedStatus(t *testing.T, e *Engine, target string) (string, *capture.CaptureFailure, int64) {
 	t.Helper()
 	var status string
 	var raw []byte
 	var version int64
-	err := e.w.pool.QueryRow(context.Background(), `SELECT status, status_detail -> 'capture_failure', version
+	err := e.w.Pool.QueryRow(context.Background(), `SELECT status, status_detail -> 'capture_failure', version
 		FROM trellis._definitions WHERE compiled #>> '{spec,target,name}' = $1`, target).Scan(&status, &raw, &version)
 	if err != nil {
 		t.Fatalf("status of %s: %v", target, err)
@@ -38,7 +39,7 @@ func storedStatus(t *testing.T, e *Engine, target string) (string, *captureFailu
 	if raw == nil || string(raw) == "null" {
 		return status, nil, version
 	}
-	f := &captureFailure{}
+	f := &capture.CaptureFailure{}
 	if err := json.Unmarshal(raw, f); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func storedStatus(t *testing.T, e *Engine, target string) (string, *captureFailu
 }
 
 // awaitStatus polls until target's stored status is want.
-func awaitStatus(t *testing.T, e *Engine, target, want string) *captureFailure {
+func awaitStatus(t *testing.T, e *Engine, target, want string) *capture.CaptureFailure {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

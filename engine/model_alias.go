@@ -11,7 +11,7 @@ type (
 	GroupKey  = model.GroupKey
 	Spec      = model.Spec
 
-	compiled = model.Compiled
+	Compiled = model.Compiled
 	keyCol   = model.KeyCol
 	argInfo  = model.ArgInfo
 )

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // pinnedQuarantineSeeds once failed TestDifferentialQuarantine; they run on
@@ -93,7 +95,7 @@ func runQuarantineDifferential(t *testing.T, seed uint64, writeFor time.Duration
 	cfg.DrainWorkers = 2
 	var logBuf syncBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	set := &engineSet{t: t, pool: pool, cfg: cfg, plant: plants{keepLog: true}}
+	set := &engineSet{t: t, pool: pool, cfg: cfg, plant: worker.Plants{KeepLog: true}}
 	dr.logs = &logBuf
 	defer set.stopAll()
 	e := set.start()
@@ -119,13 +121,13 @@ func runQuarantineDifferential(t *testing.T, seed uint64, writeFor time.Duration
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			sleepCtx(ctx, time.Duration(100+pr.IntN(300))*time.Millisecond)
+			worker.SleepCtx(ctx, time.Duration(100+pr.IntN(300))*time.Millisecond)
 			if ctx.Err() == nil {
 				plant(pr)
 			}
 		}
 	}()
-	sleepCtx(ctx, writeFor)
+	worker.SleepCtx(ctx, writeFor)
 	cancel()
 	wg.Wait()
 	close(errs)

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/derive"
+	"github.com/trellis-proxy/trellis-proxy/engine/quarantine"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -137,7 +140,7 @@ func TestQuarantineUniqueIndexOnTargetHoldsKey(t *testing.T) {
 
 // faultConfig is fastConfig with triggers on targets allowed: these tests
 // make pages and build steps fail with a raising trigger.
-func faultConfig() Config {
+func faultConfig() worker.Config {
 	cfg := fastConfig()
 	cfg.TestingTargetTriggers = true
 	return cfg
@@ -166,7 +169,7 @@ func TestQuarantineFuseQuarantinesTransform(t *testing.T) {
 	waitFor(t, "copy exact", 30*time.Second, func() bool {
 		return diff(t, pool, `SELECT id, a FROM copy`, `SELECT id, a FROM m`) == ""
 	})
-	if n := count(t, pool, `SELECT 1 FROM trellis._poison`); n < heldKeysToQuarantine {
+	if n := count(t, pool, `SELECT 1 FROM trellis._poison`); n < quarantine.HeldKeysToQuarantine {
 		t.Fatalf("%d held keys", n)
 	}
 }
@@ -304,7 +307,7 @@ func TestQuarantineLatencyUnderPoisonedKey(t *testing.T) {
 	pool := testDB(t)
 	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int, b int)`)
 	exec(t, pool, `INSERT INTO m SELECT g, g, 1 FROM generate_series(1, 1000) g`)
-	e, _ := startEngine(t, pool, Config{Logger: testLogger()})
+	e, _ := startEngine(t, pool, worker.Config{Logger: testLogger()})
 	define(t, e, Spec{Target: TableName{Name: "ratio"}, Source: TableName{Name: "m"},
 		Fields: []Field{{Name: "r", Expr: col("a") + " / " + col("b"), Reads: []string{"a", "b"}}}})
 	define(t, e, Spec{Target: TableName{Name: "copy"}, Source: TableName{Name: "m"},
@@ -372,17 +375,17 @@ func TestQuarantineChargeAfterHoldIsDropped(t *testing.T) {
 	exec(t, pool, `DELETE FROM trellis._change_log`)
 	exec(t, pool, `INSERT INTO trellis._key_deaths (definition_id, src_table, key, deaths) VALUES ($1, 'public.orders', '7', 4)`, unit.ID)
 
-	cd := &compiledDef{id: unit.ID, Def: &sqlgen.Def{C: &compiled{TargetText: "public.unit", SourceText: "public.orders"}}}
-	failed := []keyFailure{{def: unit.ID, table: "public.orders", key: "7", err: errors.New("division by zero")}}
+	cd := &derive.CompiledDef{ID: unit.ID, Def: &sqlgen.Def{C: &Compiled{TargetText: "public.unit", SourceText: "public.orders"}}}
+	failed := []quarantine.KeyFailure{{Def: unit.ID, Table: "public.orders", Key: "7", Err: errors.New("division by zero")}}
 	origin := "0/1"
-	meta := map[pageKey]keyMeta{{"public.orders", "7"}: {origin: &origin, hop: 1}}
+	meta := map[derive.PageKey]derive.KeyMeta{{Table: "public.orders", Key: "7"}: {Origin: &origin, Hop: 1}}
 	ctx := t.Context()
 	first, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Rollback(context.Background())
-	if err := e.w.chargeFailures(ctx, first, cd, failed, meta); err != nil {
+	if err := e.w.ChargeFailures(ctx, first, cd, failed, meta); err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan error, 1)
@@ -393,7 +396,7 @@ func TestQuarantineChargeAfterHoldIsDropped(t *testing.T) {
 			return
 		}
 		defer tx.Rollback(context.Background())
-		if err := e.w.chargeFailures(ctx, tx, cd, failed, meta); err != nil {
+		if err := e.w.ChargeFailures(ctx, tx, cd, failed, meta); err != nil {
 			second <- err
 			return
 		}

@@ -14,14 +14,14 @@ type checkHost struct{ e *Engine }
 var _ selfcheck.Host = checkHost{}
 
 func (h checkHost) Compiled(id, version int64, raw []byte) (*sqlgen.Def, error) {
-	cd, err := h.e.w.compiledFor(id, version, raw)
+	cd, err := h.e.w.CompiledFor(id, version, raw)
 	if err != nil {
 		return nil, err
 	}
 	return cd.Def, nil
 }
 
-func (h checkHost) Instance() sqlgen.Instance { return h.e.w.inst() }
+func (h checkHost) Instance() sqlgen.Instance { return h.e.w.Inst() }
 
 func (h checkHost) WatermarkToken(ctx context.Context) (string, error) {
 	return h.e.WatermarkToken(ctx)
@@ -31,18 +31,18 @@ func (h checkHost) AwaitConverged(ctx context.Context, token string, timeout tim
 	return h.e.AwaitConverged(ctx, token, timeout)
 }
 
-func (h checkHost) DrainedSnapSQL() string         { return h.e.w.drainedSnapSQL() }
-func (h checkHost) SignalDrained()                 { h.e.w.signalDrained() }
-func (h checkHost) DrainedCh() <-chan struct{}     { return h.e.w.drainedCh() }
-func (h checkHost) Working(id, state, what string) { h.e.w.states.working(id, state, what) }
+func (h checkHost) DrainedSnapSQL() string         { return h.e.w.DrainedSnapSQL() }
+func (h checkHost) SignalDrained()                 { h.e.w.SignalDrained() }
+func (h checkHost) DrainedCh() <-chan struct{}     { return h.e.w.DrainedCh() }
+func (h checkHost) Working(id, state, what string) { h.e.w.States.Working(id, state, what) }
 
 func (h checkHost) PageDone(target string, took time.Duration, divergences int) {
-	h.e.w.tMetrics().SelfCheckPage(target, took, divergences)
+	h.e.w.TMetrics().SelfCheckPage(target, took, divergences)
 }
 
 // AwaitSelfCheck waits until self-check job id finishes (proxy-answered
 // await_self_check) and returns its outcome (done) or its state (failed,
 // cancelled).
 func (e *Engine) AwaitSelfCheck(ctx context.Context, id int64, timeout time.Duration) (string, error) {
-	return e.w.checks.Await(ctx, id, timeout)
+	return e.w.Checks.Await(ctx, id, timeout)
 }

@@ -19,7 +19,7 @@ import (
 func TestGoldenSelfCheckSQL(t *testing.T) {
 	ctx := context.Background()
 	goldenEach(t, func(t *testing.T, e *Engine, g goldenSpec) {
-		pool := e.w.pool
+		pool := e.w.Pool
 		target := goldenTarget(t, g.define)
 		var id, version int64
 		var raw []byte
@@ -27,7 +27,7 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 			Scan(&id, &version, &raw); err != nil {
 			t.Fatal(err)
 		}
-		cd, err := e.w.compiledFor(id, version, raw)
+		cd, err := e.w.CompiledFor(id, version, raw)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestGoldenSelfCheckSQL(t *testing.T) {
 			parts[i] = &one
 		}
 		key := model.EncodeKey(parts, nullable)
-		err = pgx.BeginTxFunc(ctx, e.w.workers, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		err = pgx.BeginTxFunc(ctx, e.w.Workers, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, sqlgen.PinOutputs()); err != nil {
 				return err
 			}

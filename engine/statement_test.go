@@ -35,7 +35,7 @@ func applyText(t *testing.T, e *Engine, text string) (*Applied, error) {
 }
 
 func applyOnce(ctx context.Context, e *Engine, st grammar.Statement) (*Applied, error) {
-	tx, err := e.w.pool.Begin(ctx)
+	tx, err := e.w.Pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}

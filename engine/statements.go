@@ -18,32 +18,32 @@ type (
 // Apply runs one parsed Trellis statement on q, inside the caller's
 // transaction and as the caller (ddl.Executor.Apply).
 func (e *Engine) Apply(ctx context.Context, q Querier, st grammar.Statement, opts ApplyOptions) (*Applied, error) {
-	return e.w.ddl.Apply(ctx, q, st, opts)
+	return e.w.DDL.Apply(ctx, q, st, opts)
 }
 
 // ApplyText parses one Trellis statement and runs it: a pool or connection
 // gets a transaction of its own, a pgx.Tx a savepoint (D6).
 func (e *Engine) ApplyText(ctx context.Context, q Querier, text string, opts ApplyOptions) (*Applied, error) {
-	return e.w.ddl.ApplyText(ctx, q, text, opts)
+	return e.w.DDL.ApplyText(ctx, q, text, opts)
 }
 
 // Define records a definition given as a Spec (tests and tools; statements
 // go through Apply).
 func (e *Engine) Define(ctx context.Context, q Querier, spec Spec) (*Defined, error) {
-	return e.w.ddl.Define(ctx, q, spec)
+	return e.w.DDL.Define(ctx, q, spec)
 }
 
 // Drop removes the definition of target and its target table.
 func (e *Engine) Drop(ctx context.Context, q Querier, target TableName) error {
-	return e.w.ddl.Drop(ctx, q, target)
+	return e.w.DDL.Drop(ctx, q, target)
 }
 
 // Pause is PAUSE TRANSFORM target, by bare target name.
 func (e *Engine) Pause(ctx context.Context, q Querier, target TableName) error {
-	return e.w.ddl.Pause(ctx, q, target)
+	return e.w.DDL.Pause(ctx, q, target)
 }
 
 // Resume is RESUME TRANSFORM target, by bare target name.
 func (e *Engine) Resume(ctx context.Context, q Querier, target TableName) error {
-	return e.w.ddl.Resume(ctx, q, target)
+	return e.w.DDL.Resume(ctx, q, target)
 }

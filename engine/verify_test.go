@@ -9,7 +9,7 @@ import (
 )
 
 // The workers verify a tenant's catalog row by compiling its statement
-// again (verify.go): every statement the grammar accepts, defined or
+// again (engine/staging/verify.go): every statement the grammar accepts, defined or
 // altered, must recompile to exactly the stored form, or a tenant's
 // honest transform would be paused. A row that differs in any SQL
 // fragment, type or name must not.
@@ -62,7 +62,7 @@ func TestRecompileMatchesDefine(t *testing.T) {
 	}
 	defer conn.Release()
 	for _, d := range defs {
-		why, err := e.w.verifyOne(ctx, conn.Conn(), d.stmt, d.raw, d.src)
+		why, err := e.w.VerifyOne(ctx, conn.Conn(), d.stmt, d.raw, d.src)
 		if err != nil || why != "" {
 			t.Errorf("%s: %q %v\n%s", d.target, why, err, d.stmt)
 		}
@@ -78,12 +78,12 @@ func TestRecompileMatchesDefine(t *testing.T) {
 			if err := pool.QueryRow(ctx, `SELECT jsonb_set($1::jsonb, $2::text[], $3::jsonb)`, d.raw, tamper.path, tamper.value).Scan(&raw); err != nil {
 				t.Fatal(err)
 			}
-			if why, err := e.w.verifyOne(ctx, conn.Conn(), d.stmt, raw, d.src); err != nil || why == "" {
+			if why, err := e.w.VerifyOne(ctx, conn.Conn(), d.stmt, raw, d.src); err != nil || why == "" {
 				t.Errorf("%s with %s = %s: verified (%v)", d.target, tamper.path, tamper.value, err)
 			}
 		}
 		for _, stmt := range []string{d.stmt + "; ALTER ROLE postgres NOSUPERUSER", strings.ToLower(d.stmt), d.stmt + " -- x"} {
-			if why, err := e.w.verifyOne(ctx, conn.Conn(), stmt, d.raw, d.src); err != nil || why == "" {
+			if why, err := e.w.VerifyOne(ctx, conn.Conn(), stmt, d.raw, d.src); err != nil || why == "" {
 				t.Errorf("%s with statement %q: verified (%v)", d.target, stmt, err)
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // trellis.proxy_workers' detail: a drain worker shows the build task it
@@ -22,7 +24,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	atBuild, atPage := make(chan struct{}), make(chan struct{})
 	buildGate, pageGate := newGate(), newGate()
 	e := New(pool, fastConfig())
-	e.w.plant.pageHook = func(stage string) {
+	e.w.Plant.PageHook = func(stage string) {
 		switch stage {
 		case "build-task plan", "build-task chunk", "build-task sweep", "build-task groups", "build-task refresh":
 			buildOnce.Do(func() { close(atBuild); buildGate.wait() })
@@ -41,7 +43,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	}
 	working := func(state string, detail *regexp.Regexp) string {
 		t.Helper()
-		var all []WorkerState
+		var all []worker.WorkerState
 		for _, w := range e.Workers() {
 			all = append(all, w)
 			if w.Kind == "drain" && w.State == state && detail.MatchString(w.Detail) {

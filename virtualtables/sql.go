@@ -143,7 +143,7 @@ bf AS (    -- the most-retried failing task of each build
   ORDER BY t.build_id, t.attempts DESC, t.id),
 df AS MATERIALIZED (  -- the oldest failing drain page of the instance, and its batch's tables
   SELECT * FROM {{S}}._read_failing_page),
-cw AS (    -- capture installs kept waiting for their table lock (engine capture.go)
+cw AS (    -- capture installs kept waiting for their table lock (engine/capture/capture.go)
   SELECT DISTINCT ON (r.definition_id) r.definition_id AS id, jsonb_build_object(
     'table_name', w.table_name, 'operation', w.operation, 'lock_mode', w.lock_mode,
     'waiting_since', {{S}}._jsontime(w.waiting_since), 'observed_at', {{S}}._jsontime(w.observed_at),

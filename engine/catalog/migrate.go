@@ -27,7 +27,7 @@ type Beginner interface {
 type Querier = base.Querier
 
 // FenceSchema is the schema holding the fence relations of the instance in
-// schema (engine/fence.go).
+// schema (engine/worker/fence.go).
 func FenceSchema(schema string) string { return schema + "_fence" }
 
 // migrator is one Migrate call's instance.

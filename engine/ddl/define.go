@@ -411,7 +411,7 @@ func (e *Executor) resolveTypes(ctx context.Context, q Querier, c *model.Compile
 // The tables leave the caller's namespace at once, but their files are
 // freed after the COMMIT: PostgreSQL unlinks a dropped table's files at
 // commit, a cost that grows with the table, so they are moved into a trash
-// schema that the staging worker drops (trash.go). Whether they may go is
+// schema that the staging worker drops (engine/staging/trash.go). Whether they may go is
 // decided exactly as DROP TABLE decides it (a view on the target refuses
 // the drop with PostgreSQL's own error), and a rollback leaves them where
 // they were.

@@ -18,7 +18,7 @@ import (
 // JOIN targets (issue 16, docs/joins.md): every check of joins spec §4
 // that needs the catalog, run in the spec's order after the grammar's name
 // and ON checks, so a JOIN TRANSFORM gets the error a user would fix
-// first. Maintenance is in fanout.go; the generated SQL reads the joins
+// first. Maintenance is in engine/drain/fanout.go; the generated SQL reads the joins
 // through model.Spec.JoinClause.
 
 // qualifyTables returns st with the FROM table and every joined table

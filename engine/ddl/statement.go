@@ -161,7 +161,7 @@ func (e *Executor) applyTransform(ctx context.Context, q Querier, st *grammar.Tr
 
 // compileSpec resolves a TRANSFORM against its source, renders its spec and
 // checks its formulas: what TRANSFORM and the workers' verification of a
-// stored statement (verify.go) both compile.
+// stored statement (engine/staging/verify.go) both compile.
 func (e *Executor) compileSpec(ctx context.Context, q Querier, st *grammar.TransformStmt, src *resolvedSource) (*model.Spec, error) {
 	res, err := grammar.Resolve(st, &src.Source)
 	if err != nil {

@@ -30,13 +30,13 @@ type Def struct {
 	Paused     map[string]bool
 	FieldProbe map[string]string
 	// FanOut[i-1] stages the re-derives a change of joined item i's table
-	// causes, FanOutAll[i-1] those of its truncate (fanout.go); empty for
+	// causes, FanOutAll[i-1] those of its truncate (engine/drain/fanout.go); empty for
 	// a one-table definition.
 	FanOut, FanOutAll []string
 	// groupValue is each aggregate field's value for target row "t2",
 	// from its accumulators or the ledger (RefreshSQL).
 	groupValue map[string]string
-	// A fresh build's chunk (§12.8, build.go setChunk) is one set-based
+	// A fresh build's chunk (§12.8, engine/build/build.go setChunk) is one set-based
 	// statement (FreshSQL) writing the range's target rows (1-1) or its
 	// ledger entries (aggregates), skipping keys a page already wrote;
 	// GroupsSQL is a fresh aggregate build's last step, every group row
@@ -83,7 +83,7 @@ func (cd *Def) RebuildAggSQL(srcWhere string) string {
 	return cd.rebuildAgg.head + srcWhere + cd.rebuildAgg.tail
 }
 
-// HeapSQL is a heap build's chunk (build.go heapChunk): the range's ledger
+// HeapSQL is a heap build's chunk (engine/build/build_heap.go heapChunk): the range's ledger
 // entries, inserted as read, with no probe (no page writes the ledger
 // during a heap build) and no order (no index to feed).
 func (cd *Def) HeapSQL(srcWhere string) string {

@@ -27,21 +27,32 @@ const module = "github.com/trellis-proxy/trellis-proxy"
 // (the embedded schema) on it; sqlgen (generated statements) on model; ddl
 // (the Trellis statements, run as the caller) on model and sqlgen; and the
 // selfcheck (the self-check jobs, reading the engine through a Host
-// interface) on sqlgen; and the root engine package, the workers and the
-// only way in from outside, on all of them. ddl never imports the
-// workers: a statement starts nothing.
+// interface) on sqlgen; the workers' layers (worker, derive, quarantine,
+// build, capture and drain, staging), each on those below it; and the
+// root engine package, the façade and the only way in from outside, on
+// all of them. ddl never imports the workers: a statement starts nothing.
 var allowed = map[string][]string{
-	"pgerr":              {},
-	"sqlscan":            {},
-	"grammar":            {"pgerr", "sqlscan"},
-	"router":             {"grammar", "pgerr", "sqlscan"},
-	"engine":             {"grammar", "pgerr"},
-	"engine/base":        {"pgerr"},
-	"engine/catalog":     {"engine/base", "pgerr"},
-	"engine/model":       {"engine/base", "pgerr"},
-	"engine/sqlgen":      {"engine/base", "engine/model"},
-	"engine/ddl":         {"engine/base", "engine/model", "engine/sqlgen", "grammar", "pgerr"},
-	"engine/selfcheck":   {"engine/base", "engine/sqlgen", "pgerr"},
+	"pgerr":            {},
+	"sqlscan":          {},
+	"grammar":          {"pgerr", "sqlscan"},
+	"router":           {"grammar", "pgerr", "sqlscan"},
+	"engine":           {"grammar", "pgerr"},
+	"engine/base":      {"pgerr"},
+	"engine/catalog":   {"engine/base", "pgerr"},
+	"engine/model":     {"engine/base", "pgerr"},
+	"engine/sqlgen":    {"engine/base", "engine/model"},
+	"engine/ddl":       {"engine/base", "engine/model", "engine/sqlgen", "grammar", "pgerr"},
+	"engine/selfcheck": {"engine/base", "engine/sqlgen", "pgerr"},
+	// The workers, each layer on the ones below it only: worker (the
+	// shared environment) < derive < quarantine < build < capture, drain
+	// < staging. capture and drain never import each other.
+	"engine/worker":      {"engine/base", "engine/model", "engine/sqlgen", "engine/catalog", "engine/ddl", "engine/selfcheck", "pgerr"},
+	"engine/derive":      {"engine/worker", "engine/base", "engine/model", "engine/sqlgen", "pgerr"},
+	"engine/quarantine":  {"engine/derive", "engine/worker", "engine/base", "engine/model", "engine/sqlgen", "pgerr"},
+	"engine/build":       {"engine/quarantine", "engine/derive", "engine/worker", "engine/base", "engine/model", "engine/sqlgen", "engine/catalog", "pgerr"},
+	"engine/capture":     {"engine/build", "engine/worker", "engine/base", "engine/model", "engine/sqlgen", "grammar", "pgerr"},
+	"engine/drain":       {"engine/build", "engine/quarantine", "engine/derive", "engine/worker", "engine/base", "engine/model", "engine/sqlgen", "pgerr"},
+	"engine/staging":     {"engine/capture", "engine/drain", "engine/build", "engine/quarantine", "engine/derive", "engine/worker", "engine/base", "engine/model", "engine/sqlgen", "engine/catalog", "engine/ddl", "grammar", "pgerr"},
 	"virtualtables":      {"engine", "pgerr"},
 	"wire":               {"pgerr"},
 	"internal/pgcluster": {},
