@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/trellis-proxy/trellis-proxy/engine/drain"
 	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/build"
 	"github.com/trellis-proxy/trellis-proxy/engine/capture"
@@ -18,7 +20,6 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/staging"
 	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
-	"golang.org/x/sync/errgroup"
 )
 
 // Querier runs SQL. Define and Drop take one so they run inside the caller's

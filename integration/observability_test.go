@@ -386,12 +386,7 @@ func TestReadyzFollowsStagingWorker(t *testing.T) {
 // everything included (the engine's workers and the poller run meanwhile).
 func BenchmarkScrape(b *testing.B) {
 	c := pgcluster.ForTest(b)
-	db := fmt.Sprintf("obs_bench_%d", time.Now().UnixNano()%1e6)
-	admin := connectURL(b, c.URL("postgres"))
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+db); err != nil {
-		b.Fatal(err)
-	}
-	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+	db := c.FreshDB(b, "obs_bench")
 	h := startBench(b, c.URL(db))
 	conn := connectURL(b, h.url("postgres", "", db, ""))
 	ctx := context.Background()

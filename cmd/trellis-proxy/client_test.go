@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 	"github.com/trellis-proxy/trellis-proxy/internal/proxy"
 )
@@ -22,16 +20,9 @@ func TestMain(m *testing.M) { pgcluster.RunMain(m) }
 // refused statement exits 1 with the sqlstate/detail/hint lines.
 func TestClientSubcommands(t *testing.T) {
 	c := pgcluster.ForTest(t)
-	admin, err := pgx.Connect(context.Background(), c.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE cli"); err != nil {
-		t.Fatal(err)
-	}
+	db := c.FreshDB(t, "cli")
 	cfg := proxy.Default()
-	cfg.Listen, cfg.Upstream = "127.0.0.1:0", c.URL("cli")
+	cfg.Listen, cfg.Upstream = "127.0.0.1:0", c.URL(db)
 	ready := make(chan proxy.Info, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -51,7 +42,7 @@ func TestClientSubcommands(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	url := fmt.Sprintf("postgres://postgres@%s/cli?sslmode=disable", info.Addr)
+	url := fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", info.Addr, db)
 	cli := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
 		code := run(append(args[:1:1], append([]string{"-d", url}, args[1:]...)...), &out, &errb)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/trellis-proxy/trellis-proxy/engine/derive"
 	"github.com/trellis-proxy/trellis-proxy/engine/quarantine"
 )

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/trellis-proxy/trellis-proxy/engine/derive"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
 )
