@@ -59,6 +59,8 @@ type Env struct {
 	States     WorkerStates       // this process's workers, for trellis.proxy_workers
 	Checks     *selfcheck.Checker // this process's share of self-check jobs
 
+	refresh sessionRefresh // renewals of the staging session after 42501 (denied.go)
+
 	DDL   *ddl.Executor // Trellis statements (engine/ddl)
 	Plant Plants        // test-only faults; zero in production
 }
