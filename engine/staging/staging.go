@@ -62,6 +62,9 @@ func (e *Stager) StagingCandidate(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if e.TakeStagingRenewal() {
+			continue // renewed on purpose (engine/worker/denied.go): at once
+		}
 		if err != nil {
 			e.Log.Warn("staging session ended", "err", err)
 		}

@@ -61,6 +61,12 @@ func (d *Denials) Seen() bool { return d.seen.Load() }
 type sessionRefresh struct {
 	mu   sync.Mutex
 	last time.Time
+	// pending: the staging session was ended on purpose; the candidate
+	// connects again at once instead of after its takeover pause, so a
+	// tenant who makes her own install fail (dropping the trigger on a
+	// table whose owner the workers are not a member of) costs every other
+	// role's seals a reconnect a minute, not half a second.
+	pending atomic.Bool
 }
 
 // StagingRefreshDue reports whether the staging session may be renewed
@@ -72,5 +78,10 @@ func (e *Env) StagingRefreshDue() bool {
 		return false
 	}
 	e.refresh.last = time.Now()
+	e.refresh.pending.Store(true)
 	return true
 }
+
+// TakeStagingRenewal reports whether the staging session just ended was
+// ended by StagingRefreshDue's renewal, and clears it.
+func (e *Env) TakeStagingRenewal() bool { return e.refresh.pending.Swap(false) }

@@ -124,4 +124,7 @@ func TestDenials(t *testing.T) {
 	if e.StagingRefreshDue() {
 		t.Fatal("a second renewal within RefreshDenied allowed")
 	}
+	if !e.TakeStagingRenewal() || e.TakeStagingRenewal() {
+		t.Fatal("the renewal is not reported exactly once")
+	}
 }
