@@ -148,6 +148,8 @@ func (e *Stager) stage(ctx context.Context, conn *pgx.Conn) error {
 	defer sealT.Stop()
 	pass := time.NewTicker(e.Cfg.StagingInterval)
 	defer pass.Stop()
+	renew := time.NewTimer(e.StagingLifetime()) // engine/worker/denied.go
+	defer renew.Stop()
 	st := &passState{}
 	sealed := func(res sealResult, err error) error {
 		if err != nil {
@@ -181,6 +183,10 @@ func (e *Stager) stage(ctx context.Context, conn *pgx.Conn) error {
 			err = passed(e.stagingPass(ctx, conn, st, true))
 		case <-e.WakePass:
 			err = passed(e.stagingPass(ctx, conn, st, false))
+		case <-renew.C:
+			e.Log.Info("renewing the staging session (its lifetime is over)")
+			e.RenewStaging()
+			return nil
 		}
 		if err != nil {
 			return err

@@ -31,6 +31,26 @@ import (
 // privilege error.
 const RefreshDenied = time.Minute
 
+// StagingSessionLifetime bounds how long one staging session lives. The
+// cache can go stale the other way too (a REVOKE landing mid-rebuild
+// leaves a membership the workers no longer have), and nothing refused
+// then tells: pool connections are recycled hourly by pgxpool's default
+// MaxConnLifetime, and the staging session, which would otherwise live as
+// long as the process, is renewed as often.
+const StagingSessionLifetime = time.Hour
+
+// StagingLifetime is the staging session's lifetime (a test may shorten it).
+func (e *Env) StagingLifetime() time.Duration {
+	if e.Plant.StagingLifetime > 0 {
+		return e.Plant.StagingLifetime
+	}
+	return StagingSessionLifetime
+}
+
+// RenewStaging marks the staging session about to end as a renewal: the
+// candidate connects again at once.
+func (e *Env) RenewStaging() { e.refresh.pending.Store(true) }
+
 // Denied reports whether err is a privilege error (42501).
 func Denied(err error) bool { return base.Code(err) == pgerr.InsufficientPrivilege }
 

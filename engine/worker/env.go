@@ -175,6 +175,8 @@ type Plants struct {
 	PageHook      func(stage string)
 	PlanStepRows  int // keys one plan step walks; 0: planStepRows
 	FirstSlice    int // keys of a build step's first slice; 0: firstSliceKeys
+	// StagingLifetime: a staging session's lifetime; 0: StagingSessionLifetime.
+	StagingLifetime time.Duration
 	// Not a fault: fresh aggregate builds take the classic path (pages
 	// write during them), as with an older process in the fleet.
 	ClassicBuilds bool
