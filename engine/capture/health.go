@@ -364,14 +364,11 @@ func describeProblem(target, table, owner string, tableProblem, name, oldType, n
 // and renamed back, or the transform resumed, while this pass waited for
 // the lock), and a pause on stale evidence would stop a healthy transform.
 func (e *Capturer) autoPause(ctx context.Context, conn *pgx.Conn, id int64) error {
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
+	tx, err := e.BeginFenced(ctx, conn, id)
+	if tx == nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if got, err := e.StagingFence(ctx, tx, id); err != nil || !got {
-		return err
-	}
 	var locked bool
 	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s d WHERE id = $1 AND %s FOR UPDATE)`,
 		e.Tbl("_definitions"), ApplyingStatuses), id).Scan(&locked); err != nil || !locked {

@@ -415,14 +415,11 @@ func (e *Stager) FullPass(ctx context.Context, conn *pgx.Conn) (steady bool, err
 
 // startBuild moves a definition to backfilling with a plan task (§12.8 step 3).
 func (e *Stager) startBuild(ctx context.Context, conn *pgx.Conn, id int64) error {
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
+	tx, err := e.BeginFenced(ctx, conn, id)
+	if tx == nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	if got, err := e.StagingFence(ctx, tx, id); err != nil || !got {
-		return err
-	}
 	var build int64
 	err = tx.QueryRow(ctx, fmt.Sprintf(`UPDATE %s d SET status = 'backfilling', build_id = nextval('%s'),
 		  version = version + 1, build_started_at = now(), build_rows_done = 0,

@@ -73,3 +73,19 @@ func (e *Env) TryFencesSQL(ids string, mark bool) string {
 	}
 	return base.Ident(e.Cfg.Schema) + "._try_fences(" + ids + ", " + m + ")"
 }
+
+// BeginFenced begins a READ COMMITTED transaction on conn for a staging
+// step on definition id and takes the definition's fence (StagingFence).
+// tx is nil, with a nil error, when a client transaction holds the fence:
+// the step is left for a later pass. The caller rolls tx back when done.
+func (e *Env) BeginFenced(ctx context.Context, conn *pgx.Conn, id int64) (pgx.Tx, error) {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	if got, err := e.StagingFence(ctx, tx, id); err != nil || !got {
+		tx.Rollback(ctx)
+		return nil, err
+	}
+	return tx, nil
+}
