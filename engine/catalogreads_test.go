@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -45,7 +44,7 @@ func readViewRules(t *testing.T, q Querier) map[string]string {
 func TestReadViewsLifecycle(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
-	e := New(pool, worker.Config{})
+	e := New(pool, Config{})
 	defer e.Close()
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)
@@ -101,7 +100,7 @@ func TestReadViewsLifecycle(t *testing.T) {
 func TestCatalogReadsExported(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
-	e := New(pool, worker.Config{})
+	e := New(pool, Config{})
 	defer e.Close()
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)

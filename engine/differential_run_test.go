@@ -20,7 +20,7 @@ type engineSet struct {
 	mu      sync.Mutex
 	t       *testing.T
 	pool    *pgxpool.Pool
-	cfg     worker.Config
+	cfg     Config
 	plant   worker.Plants
 	running []*runningEngine
 }

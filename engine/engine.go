@@ -34,7 +34,7 @@ type Engine struct {
 
 // New returns an engine over pool. The pool's role is the workers' role
 // (D9). The engine opens its own worker pool from the same config.
-func New(pool *pgxpool.Pool, cfg worker.Config) *Engine {
+func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.Defaults()
 	pc := pool.Config().Copy()
 	rp := pc.ConnConfig.RuntimeParams
@@ -113,7 +113,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return e.listen(gctx) })
 	g.Go(func() error { return e.heartbeat(gctx) })
-	if e.w.Cfg.Staging != worker.StagingOff {
+	if e.w.Cfg.Staging != StagingOff {
 		e.w.States.Set(e.w.StagingWorkerID(), "staging", "standby")
 		g.Go(func() error { return e.w.StagingCandidate(gctx) })
 	}
@@ -209,7 +209,7 @@ func (e *Engine) heartbeat(ctx context.Context) error {
 
 // Workers returns the states of this process's workers, staging first,
 // then drain workers by id; empty while Run is not running.
-func (e *Engine) Workers() []worker.WorkerState {
+func (e *Engine) Workers() []WorkerState {
 	return e.w.States.List()
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/catalog"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // Golden files of the SQL the engine generates, so a change to a generator
@@ -73,7 +72,7 @@ var goldenSpecs = []goldenSpec{
 func goldenEach(t *testing.T, check func(t *testing.T, e *Engine, g goldenSpec)) {
 	pool := testDB(t)
 	cfg := fastConfig()
-	cfg.Staging, cfg.DrainWorkers = worker.StagingOff, -1
+	cfg.Staging, cfg.DrainWorkers = StagingOff, -1
 	e, _ := startEngine(t, pool, cfg)
 	for _, g := range goldenSpecs {
 		t.Run(g.name, func(t *testing.T) {
@@ -109,7 +108,7 @@ func TestGoldenGeneratedSQL(t *testing.T) {
 // read views: a change to the catalog is a reviewed diff, never an
 // accident of a move.
 func TestGoldenCatalogSQL(t *testing.T) {
-	e := New(testDB(t), worker.Config{})
+	e := New(testDB(t), Config{})
 	defer e.Close()
 	var b strings.Builder
 	for i, m := range catalog.Migrations() {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
 )
 
@@ -114,7 +113,7 @@ func TestBatchFlipIsAtomic(t *testing.T) {
 func TestMigrate(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
-	e := New(pool, worker.Config{})
+	e := New(pool, Config{})
 	defer e.Close()
 	var wg sync.WaitGroup
 	for range 3 {
@@ -125,7 +124,7 @@ func TestMigrate(t *testing.T) {
 	if err := e.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []worker.Config{{Schema: "public"}, {Schema: "x", TargetSchema: "x"}, {Schema: "public2"}} {
+	for _, c := range []Config{{Schema: "public"}, {Schema: "x", TargetSchema: "x"}, {Schema: "public2"}} {
 		if c.Schema == "public2" {
 			exec(t, pool, `CREATE SCHEMA public2; CREATE TABLE public2.t (id int)`)
 		}
@@ -137,9 +136,9 @@ func TestMigrate(t *testing.T) {
 		}
 	}
 	// The target schema of one instance cannot be another's catalog.
-	e3 := New(pool, worker.Config{Schema: "public"})
+	e3 := New(pool, Config{Schema: "public"})
 	defer e3.Close()
-	if err := New(pool, worker.Config{Schema: "other", TargetSchema: "trellis"}).Migrate(ctx); pgerr.CodeOf(err) != pgerr.ObjectNotInPrerequisiteState {
+	if err := New(pool, Config{Schema: "other", TargetSchema: "trellis"}).Migrate(ctx); pgerr.CodeOf(err) != pgerr.ObjectNotInPrerequisiteState {
 		t.Errorf("target schema = another catalog: %v", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // writers runs n tight-loop writers (insert, update, delete) on table until
@@ -76,7 +75,7 @@ func runWriters(t *testing.T, e *Engine, table string, n int) (stop func() error
 func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 	pool := testDB(t)
 	cfg := fastConfig()
-	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it
 	e, _ := startEngine(t, pool, cfg)
 	for _, alter := range []string{
 		`ALTER TABLE s ADD COLUMN extra int`,
@@ -118,7 +117,7 @@ func TestCaptureNeverFailsWritersOnSchemaChanges(t *testing.T) {
 func BenchmarkCaptureGuard(b *testing.B) {
 	pool := testDB(b)
 	cfg := fastConfig()
-	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it
 	e, _ := startEngine(b, pool, cfg)
 	ctx := context.Background()
 	modes := []string{"no_capture", "unguarded", "guarded"}
@@ -318,7 +317,7 @@ func TestGuardLogsSchemaMarkerForSnapshotWriters(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
 	cfg := fastConfig()
-	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	install := func(table string) {
 		p := e.w.Inst().NewCapturePlan(`"public".`+base.Ident(table), []keyCol{{Name: "id", Type: "integer", FullType: "integer"}}, false)
@@ -400,7 +399,7 @@ func TestKeyTypeRenameKeepsCapture(t *testing.T) {
 	pool := testDB(t)
 	ctx := context.Background()
 	cfg := fastConfig()
-	cfg.Staging = worker.StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
+	cfg.Staging = StagingOff // capture installed by hand: no staging pass may remove it, nothing drains the log
 	e, _ := startEngine(t, pool, cfg)
 	exec(t, pool, `CREATE DOMAIN kd AS int; CREATE TABLE s (id kd PRIMARY KEY, a int)`)
 	p := e.w.Inst().NewCapturePlan(`"public"."s"`, []keyCol{{Name: "id", Type: `"public"."kd"`, FullType: `"public"."kd"`}}, false)

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 )
 
@@ -36,8 +35,8 @@ func testDB(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-func fastConfig() worker.Config {
-	return worker.Config{
+func fastConfig() Config {
+	return Config{
 		SealInterval: 10 * time.Millisecond, StagingInterval: 100 * time.Millisecond,
 		PollInterval: 200 * time.Millisecond, TakeoverInterval: 200 * time.Millisecond,
 		Heartbeat: time.Second, WorkerTTL: 5 * time.Second,
@@ -46,14 +45,14 @@ func fastConfig() worker.Config {
 }
 
 // startEngine migrates and runs an engine until the test ends.
-func startEngine(t testing.TB, pool *pgxpool.Pool, cfg worker.Config) (*Engine, context.CancelFunc) {
+func startEngine(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Engine, context.CancelFunc) {
 	t.Helper()
 	return startPlanted(t, pool, cfg, nil)
 }
 
 // startPlanted is startEngine with plant set on the engine before it
 // migrates and runs (planted faults, step sizes).
-func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg worker.Config, plant func(*Engine)) (*Engine, context.CancelFunc) {
+func startPlanted(t testing.TB, pool *pgxpool.Pool, cfg Config, plant func(*Engine)) (*Engine, context.CancelFunc) {
 	t.Helper()
 	e := New(pool, cfg)
 	if plant != nil {

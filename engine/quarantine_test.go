@@ -11,7 +11,6 @@ import (
 	"github.com/trellis-proxy/trellis-proxy/engine/derive"
 	"github.com/trellis-proxy/trellis-proxy/engine/quarantine"
 	"github.com/trellis-proxy/trellis-proxy/engine/sqlgen"
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -140,7 +139,7 @@ func TestQuarantineUniqueIndexOnTargetHoldsKey(t *testing.T) {
 
 // faultConfig is fastConfig with triggers on targets allowed: these tests
 // make pages and build steps fail with a raising trigger.
-func faultConfig() worker.Config {
+func faultConfig() Config {
 	cfg := fastConfig()
 	cfg.TestingTargetTriggers = true
 	return cfg
@@ -307,7 +306,7 @@ func TestQuarantineLatencyUnderPoisonedKey(t *testing.T) {
 	pool := testDB(t)
 	exec(t, pool, `CREATE TABLE m (id int PRIMARY KEY, a int, b int)`)
 	exec(t, pool, `INSERT INTO m SELECT g, g, 1 FROM generate_series(1, 1000) g`)
-	e, _ := startEngine(t, pool, worker.Config{Logger: testLogger()})
+	e, _ := startEngine(t, pool, Config{Logger: testLogger()})
 	define(t, e, Spec{Target: TableName{Name: "ratio"}, Source: TableName{Name: "m"},
 		Fields: []Field{{Name: "r", Expr: col("a") + " / " + col("b"), Reads: []string{"a", "b"}}}})
 	define(t, e, Spec{Target: TableName{Name: "copy"}, Source: TableName{Name: "m"},

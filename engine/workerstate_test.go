@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // trellis.proxy_workers' detail: a drain worker shows the build task it
@@ -43,7 +41,7 @@ func TestWorkersReportTheirWork(t *testing.T) {
 	}
 	working := func(state string, detail *regexp.Regexp) string {
 		t.Helper()
-		var all []worker.WorkerState
+		var all []WorkerState
 		for _, w := range e.Workers() {
 			all = append(all, w)
 			if w.Kind == "drain" && w.State == state && detail.MatchString(w.Detail) {
