@@ -48,12 +48,13 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 		pc.MaxConns = 4
 	}
 	pc.MinConns = 0
+	worker.WatchDenials(pc, cfg.Logger)
 	w, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		// Only an invalid config fails here, and the caller's pool was built from it.
 		panic(fmt.Sprintf("engine: worker pool: %v", err))
 	}
-	env := worker.NewEnv(cfg, pool, w, nil)
+	env := worker.NewEnv(cfg, pool, w)
 	env.DDL = ddl.New(ddl.Config{Schema: cfg.Schema, TargetSchema: cfg.TargetSchema}, env.WorkerRole)
 	b := build.New(quarantine.New(derive.New(env)))
 	e := &Engine{w: staging.New(drain.New(b), capture.New(b))}

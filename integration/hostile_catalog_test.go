@@ -16,16 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// catalogMembers are the roles whose tables ordinary workers capture in
-// catalogSetup, granted to them before they connect (eachWorkersMember):
-// cat_victim_owner was granted while the staging worker set up capture of
-// exec_mallory's table, and could stay unseen by its session.
-var catalogMembers = []string{"exec_mallory", "cat_victim_owner"}
-
 // catalogSetup gives exec_mallory a source and a live transform of her own,
 // defined through the proxy as a user would, and a victim's transform
 // beside it. It returns mallory's direct connection and her definition's id.
-// Its GRANTs to ordinary workers are those of catalogMembers, already made.
 func catalogSetup(t *testing.T, h *trellisHarness, workers string) (*pgx.Conn, int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -93,9 +86,7 @@ func catalogAssertNothingLeaked(t *testing.T, h *trellisHarness, target string) 
 
 // A crafted compiled form through _lifecycle_alter: her live transform's
 // field is made to read pg_authid, and a rebuild requested.
-func TestCatalogCraftedAlterNeverRuns(t *testing.T) {
-	eachWorkersMember(t, catalogMembers, catalogCraftedAlter)
-}
+func TestCatalogCraftedAlterNeverRuns(t *testing.T) { eachWorkers(t, catalogCraftedAlter) }
 
 func catalogCraftedAlter(t *testing.T, h *trellisHarness) {
 	m, id := catalogSetup(t, h, h.workers)
@@ -113,9 +104,7 @@ func catalogCraftedAlter(t *testing.T, h *trellisHarness) {
 
 // A crafted compiled form through _define: a new transform whose stored
 // statement is harmless and whose compiled field reads pg_authid.
-func TestCatalogCraftedDefineNeverRuns(t *testing.T) {
-	eachWorkersMember(t, catalogMembers, catalogCraftedDefine)
-}
+func TestCatalogCraftedDefineNeverRuns(t *testing.T) { eachWorkers(t, catalogCraftedDefine) }
 
 func catalogCraftedDefine(t *testing.T, h *trellisHarness) {
 	m, id := catalogSetup(t, h, h.workers)
@@ -137,9 +126,7 @@ func catalogCraftedDefine(t *testing.T, h *trellisHarness) {
 
 // Statement text with a second statement after the TRANSFORM: the dump
 // must not hand it to an administrator, whose replay would run it.
-func TestCatalogCraftedStatementNeverDumped(t *testing.T) {
-	eachWorkersMember(t, catalogMembers, catalogCraftedStatement)
-}
+func TestCatalogCraftedStatementNeverDumped(t *testing.T) { eachWorkers(t, catalogCraftedStatement) }
 
 func catalogCraftedStatement(t *testing.T, h *trellisHarness) {
 	m, id := catalogSetup(t, h, h.workers)
@@ -182,9 +169,7 @@ func catalogCraftedStatement(t *testing.T, h *trellisHarness) {
 // that joins the victim's table under a statement that joins nothing is
 // paused, never run; naming the victim's table as a joined read is refused
 // by _define for want of SELECT on it.
-func TestCatalogCraftedJoinNeverReads(t *testing.T) {
-	eachWorkersMember(t, catalogMembers, catalogCraftedJoin)
-}
+func TestCatalogCraftedJoinNeverReads(t *testing.T) { eachWorkers(t, catalogCraftedJoin) }
 
 func catalogCraftedJoin(t *testing.T, h *trellisHarness) {
 	m, id := catalogSetup(t, h, h.workers)

@@ -16,33 +16,8 @@ const ordinaryWorkers = "hostile_workers"
 
 // eachWorkers runs body once per workers' role, each on a fresh harness.
 func eachWorkers(t *testing.T, body func(t *testing.T, h *trellisHarness)) {
-	eachWorkersMember(t, nil, body)
-}
-
-// eachWorkersMember is eachWorkers for a body that makes the ordinary
-// workers a member of roles: the harness grants those before the workers
-// connect, and the body's own GRANTs (tenant, catalogSetup) then find the
-// membership and change nothing.
-//
-// A membership granted while the workers run can stay unseen by one of
-// their sessions for good. PostgreSQL caches a session's role memberships
-// (acl.c, roles_is_member_of) and, when a GRANT commits while the session is
-// computing that list, absorbs the GRANT's invalidation at a syscache miss
-// in the middle of the computation (opening pg_authid for another role's
-// rolinherit) and then caches the list it read before the GRANT. Until some
-// role changes again, every check on the new role's tables fails there with
-// 42501: catalogSetup granted cat_victim_owner while the staging worker was
-// checking its privileges on exec_mallory's new table, and its long-lived
-// session then refused LOCK TABLE cat_victim_src for the whole wait.
-func eachWorkersMember(t *testing.T, members []string, body func(t *testing.T, h *trellisHarness)) {
 	for _, w := range []struct{ name, role string }{{"superuser", ""}, {"ordinary", ordinaryWorkers}} {
-		t.Run("workers="+w.name, func(t *testing.T) {
-			var m []string
-			if w.role != "" {
-				m = members
-			}
-			body(t, startTrellisOpts(t, w.role, m, false))
-		})
+		t.Run("workers="+w.name, func(t *testing.T) { body(t, startTrellisWorkers(t, w.role)) })
 	}
 }
 

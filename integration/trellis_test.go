@@ -43,20 +43,17 @@ func startTrellis(t *testing.T) *trellisHarness {
 // superuser, as in the embedded default.
 func startTrellisWorkers(t *testing.T, workers string) *trellisHarness {
 	t.Helper()
-	return startTrellisOpts(t, workers, nil, false)
+	return startTrellisOpts(t, workers, false)
 }
 
 // startTrellisFaults is startTrellis for tests that make pages fail with a
 // trigger on a target (engine.Config.TestingTargetTriggers).
 func startTrellisFaults(t *testing.T) *trellisHarness {
 	t.Helper()
-	return startTrellisOpts(t, "", nil, true)
+	return startTrellisOpts(t, "", true)
 }
 
-// startTrellisOpts starts the harness. With an ordinary workers' role,
-// members are roles (created LOGIN when missing, as tenant makes them) it is
-// granted before any workers' session exists (eachWorkersMember).
-func startTrellisOpts(t *testing.T, workers string, members []string, targetTriggers bool) *trellisHarness {
+func startTrellisOpts(t *testing.T, workers string, targetTriggers bool) *trellisHarness {
 	t.Helper()
 	c := pgcluster.ForTest(t)
 	db := c.FreshDB(t, "trellis")
@@ -68,10 +65,6 @@ func startTrellisOpts(t *testing.T, workers string, members []string, targetTrig
 		admin := connectURL(t, c.URL(db))
 		mustExec(t, admin, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+workers+`') THEN CREATE ROLE `+pgx.Identifier{workers}.Sanitize()+` LOGIN; END IF; END $$`)
 		mustExec(t, admin, `GRANT CREATE ON DATABASE `+pgx.Identifier{db}.Sanitize()+` TO `+pgx.Identifier{workers}.Sanitize())
-		for _, r := range members {
-			mustExec(t, admin, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '`+r+`') THEN CREATE ROLE `+pgx.Identifier{r}.Sanitize()+` LOGIN; END IF; END $$`)
-			mustExec(t, admin, `GRANT `+pgx.Identifier{r}.Sanitize()+` TO `+pgx.Identifier{workers}.Sanitize())
-		}
 		pcfg.ConnConfig.User, pcfg.ConnConfig.Password = workers, ""
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)

@@ -35,16 +35,11 @@ func (e *Builder) BuildStep(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	defer conn.Release()
 	var fenced []int64
 	for {
 		did, refused, err := e.buildTry(ctx, id, conn, fenced)
 		if refused == 0 {
-			if worker.Denied(err) {
-				// Its session's cached memberships may be stale
-				// (engine/worker/denied.go): retried on a fresh backend.
-				conn.Conn().Close(context.Background())
-			}
-			conn.Release()
 			return did, err
 		}
 		fenced = append(fenced, refused)

@@ -15,7 +15,7 @@ import (
 func TestFreshChunkRows(t *testing.T) {
 	cfg := worker.Config{BuildChunkSize: 100}
 	cfg.Defaults()
-	b := New(quarantine.New(derive.New(worker.NewEnv(cfg, nil, nil, nil))))
+	b := New(quarantine.New(derive.New(worker.NewEnv(cfg, nil, nil))))
 	one := &model.Compiled{Spec: model.Spec{Fields: []model.Field{{Name: "x", Expr: "1"}}}}
 	agg := &model.Compiled{Spec: model.Spec{GroupBy: []model.GroupKey{{Name: "g", Expr: "g"}},
 		Fields: []model.Field{{Name: "n", Agg: model.AggCountStar}}}}

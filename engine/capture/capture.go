@@ -238,13 +238,6 @@ func (e *Capturer) EnsureCapture(ctx context.Context, conn *pgx.Conn, defs []*wo
 			}
 			if err != nil {
 				e.Log.Warn("capture install failed", "table", t, "err", err)
-				if worker.Denied(err) && e.StagingRefreshDue() {
-					// The staging session's cached memberships may be stale
-					// (engine/worker/denied.go): end it, so the next one,
-					// a fresh backend, installs again.
-					e.Log.Warn("renewing the staging session after a privilege error", "table", t)
-					conn.Close(context.Background())
-				}
 				if conn.IsClosed() {
 					return nil, false, err
 				}

@@ -55,7 +55,7 @@ func TestPageTally(t *testing.T) {
 	CountApplied(ctx, reader("end", true), ks, meta, false)
 
 	rec := &recorder{pages: map[string]int{}, applied: map[string]int{}, e2e: map[string]time.Duration{}}
-	d := New(worker.NewEnv(worker.Config{Metrics: rec}, nil, nil, nil))
+	d := New(worker.NewEnv(worker.Config{Metrics: rec}, nil, nil))
 	d.ReportTally(tally, 0, time.Now())
 	if rec.pages["mid"] != 3 || rec.pages["end"] != 1 || len(rec.order) != 2 || rec.order[0] != "mid" {
 		t.Errorf("keys re-derived: %v in order %v", rec.pages, rec.order)

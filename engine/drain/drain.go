@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/build"
@@ -141,8 +140,7 @@ func (e *Drainer) drainPageTry(ctx context.Context, id string, only *bucketRef) 
 	if err != nil {
 		return false, ref, err
 	}
-	ctx, denials := worker.WithDenials(ctx)
-	defer func() { e.releaseChecked(conn, denials) }()
+	defer conn.Release()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return false, ref, err
@@ -191,20 +189,7 @@ func (e *Drainer) drainPageTry(ctx context.Context, id string, only *bucketRef) 
 		}
 	}
 	tx.Rollback(context.Background())
-	worker.NoteDenied(ctx, perr)
 	return false, ref, perr
-}
-
-// releaseChecked returns a page's connection to the pool, or closes it
-// when a statement of the page was refused a privilege: its session's
-// cached role memberships may be stale (engine/worker/denied.go), and the
-// retry must run on a fresh backend.
-func (e *Drainer) releaseChecked(conn *pgxpool.Conn, denials *worker.Denials) {
-	if denials.Seen() {
-		e.Log.Info("a worker connection was refused a privilege; replaced by a fresh session")
-		conn.Conn().Close(context.Background())
-	}
-	conn.Release()
 }
 
 // pageAt is the bucket a page drains and where its cursor stands.

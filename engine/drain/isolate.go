@@ -85,7 +85,6 @@ func (e *Drainer) applyShare(ctx context.Context, tx pgx.Tx, d derive.ReaderDef,
 		}
 		return err
 	}
-	worker.NoteDenied(ctx, err) // its session's memberships may be stale: not reused
 	if ctx.Err() != nil || errors.Is(err, derive.ErrLockShort) || (!probe && quarantine.Poisonous(err)) {
 		return err
 	}

@@ -191,6 +191,13 @@ func (e *Stager) stage(ctx context.Context, conn *pgx.Conn) error {
 		if err != nil {
 			return err
 		}
+		if e.StagingRenewalDue(conn) {
+			// Its cached role memberships may be stale
+			// (engine/worker/denied.go): the next session installs again.
+			e.Log.Warn("renewing the staging session after a privilege error")
+			e.RenewStaging()
+			return nil
+		}
 	}
 }
 

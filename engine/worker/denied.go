@@ -2,9 +2,13 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
@@ -21,11 +25,15 @@ import (
 // change, while every new session sees the grant (found in CI:
 // integration TestCatalogCraftedAlterNeverRuns, a victim's capture install
 // refused for 60 s; reproduced with gdb holding the backend in the gap).
-// The workers' sessions live long, so a worker that meets 42501 does not
-// trust its session: a pool connection is closed instead of returned (the
-// retry runs on a fresh backend), and the staging session is ended (at most
-// once per RefreshDenied, so a privilege really missing costs one
-// reconnect a minute, not one a pass).
+//
+// So a worker session refused a privilege is not trusted again. Every
+// workers' session carries deniedTracer, which marks the session when any
+// of its statements fails with 42501, even one the worker handled (a
+// definition's share of a page held for it alone). A marked pool
+// connection is closed on release instead of returned (WatchDenials), so
+// the retry runs on a fresh backend; a marked staging session is ended by
+// the staging worker, at most once per RefreshDenied, so a privilege
+// really missing costs one reconnect a minute, not one a pass.
 
 // RefreshDenied bounds how often the staging session is renewed after a
 // privilege error.
@@ -39,6 +47,74 @@ const RefreshDenied = time.Minute
 // long as the process, is renewed as often.
 const StagingSessionLifetime = time.Hour
 
+// Denied reports whether err is a privilege error (42501).
+func Denied(err error) bool { return base.Code(err) == pgerr.InsufficientPrivilege }
+
+const deniedMark = "trellis.denied"
+
+// deniedTracer marks a session one of whose statements was refused a
+// privilege.
+type deniedTracer struct{}
+
+func (deniedTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (deniedTracer) TraceQueryEnd(_ context.Context, conn *pgx.Conn, data pgx.TraceQueryEndData) {
+	if data.Err != nil && Denied(data.Err) {
+		conn.PgConn().CustomData()[deniedMark] = true
+	}
+}
+
+// SessionDenied reports whether a statement of conn's session was refused a
+// privilege (a session of a config WatchDenials prepared).
+func SessionDenied(conn *pgx.Conn) bool {
+	d, _ := conn.PgConn().CustomData()[deniedMark].(bool)
+	return d
+}
+
+// WatchDenials prepares the workers' pool config: its sessions (and the
+// staging session, made from a copy of its connection config) are marked
+// when refused a privilege, and a marked one leaves the pool on release.
+func WatchDenials(pc *pgxpool.Config, log *slog.Logger) {
+	pc.ConnConfig.Tracer = deniedTracer{}
+	pc.AfterRelease = func(c *pgx.Conn) bool {
+		if SessionDenied(c) {
+			log.Info("a worker session was refused a privilege; replaced by a fresh one")
+			return false
+		}
+		return true
+	}
+}
+
+// stagingRenewal spaces and signals renewals of the staging session.
+type stagingRenewal struct {
+	mu         sync.Mutex
+	lastDenied time.Time
+	// pending: the staging session was ended on purpose; the candidate
+	// connects again at once instead of after its takeover pause, so a
+	// tenant who makes her own install fail (dropping the trigger on a
+	// table whose owner the workers are not a member of) costs every other
+	// role's seals a reconnect a minute, not half a second.
+	pending atomic.Bool
+}
+
+// StagingRenewalDue reports whether the staging session conn should end
+// now: it was refused a privilege, and none was renewed for that within
+// RefreshDenied. A yes counts as that renewal.
+func (e *Env) StagingRenewalDue(conn *pgx.Conn) bool {
+	if !SessionDenied(conn) {
+		return false
+	}
+	e.renewal.mu.Lock()
+	defer e.renewal.mu.Unlock()
+	if !e.renewal.lastDenied.IsZero() && time.Since(e.renewal.lastDenied) < RefreshDenied {
+		return false
+	}
+	e.renewal.lastDenied = time.Now()
+	return true
+}
+
 // StagingLifetime is the staging session's lifetime (a test may shorten it).
 func (e *Env) StagingLifetime() time.Duration {
 	if e.Plant.StagingLifetime > 0 {
@@ -49,59 +125,8 @@ func (e *Env) StagingLifetime() time.Duration {
 
 // RenewStaging marks the staging session about to end as a renewal: the
 // candidate connects again at once.
-func (e *Env) RenewStaging() { e.refresh.pending.Store(true) }
-
-// Denied reports whether err is a privilege error (42501).
-func Denied(err error) bool { return base.Code(err) == pgerr.InsufficientPrivilege }
-
-// Denials records, for one unit of work on one connection (a page, a build
-// step), whether a statement of it failed with a privilege error, even one
-// the work handled (a definition's share of a page held for it alone).
-type Denials struct{ seen atomic.Bool }
-
-type denialsKey struct{}
-
-// WithDenials returns ctx carrying a fresh record.
-func WithDenials(ctx context.Context) (context.Context, *Denials) {
-	d := &Denials{}
-	return context.WithValue(ctx, denialsKey{}, d), d
-}
-
-// NoteDenied records err in ctx's record when it is a privilege error.
-func NoteDenied(ctx context.Context, err error) {
-	if d, _ := ctx.Value(denialsKey{}).(*Denials); d != nil && Denied(err) {
-		d.seen.Store(true)
-	}
-}
-
-// Seen reports whether a privilege error was recorded.
-func (d *Denials) Seen() bool { return d.seen.Load() }
-
-// sessionRefresh spaces renewals of the staging session.
-type sessionRefresh struct {
-	mu   sync.Mutex
-	last time.Time
-	// pending: the staging session was ended on purpose; the candidate
-	// connects again at once instead of after its takeover pause, so a
-	// tenant who makes her own install fail (dropping the trigger on a
-	// table whose owner the workers are not a member of) costs every other
-	// role's seals a reconnect a minute, not half a second.
-	pending atomic.Bool
-}
-
-// StagingRefreshDue reports whether the staging session may be renewed
-// after a privilege error now, and if so counts this as the renewal.
-func (e *Env) StagingRefreshDue() bool {
-	e.refresh.mu.Lock()
-	defer e.refresh.mu.Unlock()
-	if !e.refresh.last.IsZero() && time.Since(e.refresh.last) < RefreshDenied {
-		return false
-	}
-	e.refresh.last = time.Now()
-	e.refresh.pending.Store(true)
-	return true
-}
+func (e *Env) RenewStaging() { e.renewal.pending.Store(true) }
 
 // TakeStagingRenewal reports whether the staging session just ended was
-// ended by StagingRefreshDue's renewal, and clears it.
-func (e *Env) TakeStagingRenewal() bool { return e.refresh.pending.Swap(false) }
+// ended by RenewStaging, and clears it.
+func (e *Env) TakeStagingRenewal() bool { return e.renewal.pending.Swap(false) }

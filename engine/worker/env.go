@@ -23,9 +23,9 @@ import (
 
 // NewEnv returns the environment of a process's workers: cfg (defaults
 // applied), the caller's pool and the workers' own.
-func NewEnv(cfg Config, pool, workers *pgxpool.Pool, statements *ddl.Executor) *Env {
+func NewEnv(cfg Config, pool, workers *pgxpool.Pool) *Env {
 	return &Env{
-		Cfg: cfg, Pool: pool, Workers: workers, Log: cfg.Logger, DDL: statements,
+		Cfg: cfg, Pool: pool, Workers: workers, Log: cfg.Logger,
 		WakeStaging: make(chan struct{}, 1), WakeDrain: make(chan struct{}, 1),
 		WakePass: make(chan struct{}, 1), WakeSeal: make(chan struct{}, 1), WakeKeys: make(chan struct{}, 1),
 		drained: make(chan struct{}),
@@ -59,7 +59,7 @@ type Env struct {
 	States     WorkerStates       // this process's workers, for trellis.proxy_workers
 	Checks     *selfcheck.Checker // this process's share of self-check jobs
 
-	refresh sessionRefresh // renewals of the staging session after 42501 (denied.go)
+	renewal stagingRenewal // ends of the staging session on purpose (denied.go)
 
 	DDL   *ddl.Executor // Trellis statements (engine/ddl)
 	Plant Plants        // test-only faults; zero in production

@@ -1,13 +1,8 @@
 package worker
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -71,7 +66,7 @@ func TestPokeNeverBlocks(t *testing.T) {
 }
 
 func TestDrainedSignalWakesEveryWaiter(t *testing.T) {
-	e := NewEnv(Config{}, nil, nil, nil)
+	e := NewEnv(Config{}, nil, nil)
 	a, b := e.DrainedCh(), e.DrainedCh()
 	e.SignalDrained()
 	for _, ch := range []<-chan struct{}{a, b} {
@@ -89,7 +84,7 @@ func TestDrainedSignalWakesEveryWaiter(t *testing.T) {
 }
 
 func TestWorkerRoleAndNames(t *testing.T) {
-	e := NewEnv(Config{Schema: "tr", ProcessID: "p1"}, nil, nil, nil)
+	e := NewEnv(Config{Schema: "tr", ProcessID: "p1"}, nil, nil)
 	if e.WorkerRole() != "" {
 		t.Fatal("role before Run")
 	}
@@ -102,29 +97,5 @@ func TestWorkerRoleAndNames(t *testing.T) {
 	}
 	if got := e.TryFencesSQL("$1", true); got != `"tr"._try_fences($1, true)` {
 		t.Errorf("TryFencesSQL: %s", got)
-	}
-}
-
-func TestDenials(t *testing.T) {
-	ctx, d := WithDenials(context.Background())
-	NoteDenied(ctx, errors.New("conn closed"))
-	NoteDenied(ctx, &pgconn.PgError{Code: "42P01"})
-	NoteDenied(context.Background(), &pgconn.PgError{Code: "42501"}) // no record: ignored
-	if d.Seen() {
-		t.Fatal("a non-privilege error recorded")
-	}
-	NoteDenied(ctx, fmt.Errorf("page: %w", &pgconn.PgError{Code: "42501"}))
-	if !d.Seen() {
-		t.Fatal("a wrapped 42501 not recorded")
-	}
-	e := NewEnv(Config{}, nil, nil, nil)
-	if !e.StagingRefreshDue() {
-		t.Fatal("the first renewal refused")
-	}
-	if e.StagingRefreshDue() {
-		t.Fatal("a second renewal within RefreshDenied allowed")
-	}
-	if !e.TakeStagingRenewal() || e.TakeStagingRenewal() {
-		t.Fatal("the renewal is not reported exactly once")
 	}
 }
