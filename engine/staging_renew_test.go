@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The staging session lives at most its lifetime (worker.StagingLifetime:
@@ -24,14 +26,9 @@ func TestStagingSessionRenewed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rows.Close()
-		var pids []int32
-		for rows.Next() {
-			var p int32
-			if err := rows.Scan(&p); err != nil {
-				t.Fatal(err)
-			}
-			pids = append(pids, p)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			t.Fatal(err)
 		}
 		return pids
 	}
