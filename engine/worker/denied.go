@@ -30,8 +30,8 @@ import (
 // workers' session carries deniedTracer, which marks the session when any
 // of its statements fails with 42501, even one the worker handled (a
 // definition's share of a page held for it alone). A marked pool
-// connection is closed on release instead of returned (WatchDenials), so
-// the retry runs on a fresh backend; a marked staging session is ended by
+// connection is destroyed when next acquired (WatchDenials), so the retry
+// runs on a fresh backend; a marked staging session is ended by
 // the staging worker, at most once per RefreshDenied, so a privilege
 // really missing costs one reconnect a minute, not one a pass.
 
@@ -75,15 +75,17 @@ func SessionDenied(conn *pgx.Conn) bool {
 
 // WatchDenials prepares the workers' pool config: its sessions (and the
 // staging session, made from a copy of its connection config) are marked
-// when refused a privilege, and a marked one leaves the pool on release.
+// when refused a privilege, and a marked one is destroyed when next
+// acquired, the acquire going on with another (PrepareConn runs in the
+// acquiring goroutine; AfterRelease would start a goroutine per release).
 func WatchDenials(pc *pgxpool.Config, log *slog.Logger) {
 	pc.ConnConfig.Tracer = deniedTracer{}
-	pc.AfterRelease = func(c *pgx.Conn) bool {
+	pc.PrepareConn = func(_ context.Context, c *pgx.Conn) (bool, error) {
 		if SessionDenied(c) {
 			log.Info("a worker session was refused a privilege; replaced by a fresh one")
-			return false
+			return false, nil
 		}
-		return true
+		return true, nil
 	}
 }
 

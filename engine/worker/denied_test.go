@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { pgcluster.RunMain(m) }
 
 // A workers' session refused a privilege, even by a statement its caller
-// handled under a savepoint, is marked and leaves the pool on release; a
+// handled under a savepoint, is marked and not handed out again; a
 // session whose statements failed otherwise is reused. A marked staging
 // session is due for renewal once per RefreshDenied.
 func TestDeniedSessionLeavesPool(t *testing.T) {
