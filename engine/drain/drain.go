@@ -550,7 +550,16 @@ func (e *Drainer) readers(ctx context.Context, tx pgx.Tx, tables []string) ([]de
 		}
 		out = append(out, derive.ReaderDef{Table: r.table, Joined: r.role == "to_one", Def: cd, Failing: r.failing, ChainEnd: r.last})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Def.ID < out[j].Def.ID })
+	// A definition's shares of joined tables come after its share of its
+	// FROM table: a fan-out's inline re-derive then takes the second lock
+	// round of the page on that definition, the one that gives way
+	// (fanOutLockTimeout).
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Def.ID != out[j].Def.ID {
+			return out[i].Def.ID < out[j].Def.ID
+		}
+		return !out[i].Joined && out[j].Joined
+	})
 	return out, skipped, nil
 }
 

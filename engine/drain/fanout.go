@@ -3,12 +3,16 @@ package drain
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellis-proxy/trellis-proxy/engine/base"
 	"github.com/trellis-proxy/trellis-proxy/engine/derive"
 	"github.com/trellis-proxy/trellis-proxy/engine/model"
+	"github.com/trellis-proxy/trellis-proxy/engine/worker"
 )
 
 // fanOut is a JOIN target's share of a page of keys of one of its joined
@@ -31,7 +35,7 @@ import (
 // A truncate of a joined table stages every FROM key whose path reaches
 // it with non-NULL join values: each that may have had a match through
 // it, read after the truncate committed (a truncate batch is a fence).
-func (e *Drainer) fanOut(ctx context.Context, tx pgx.Tx, d derive.ReaderDef, ks []derive.PageKey, meta map[derive.PageKey]derive.KeyMeta, truncate bool, ps pageShare) error {
+func (e *Drainer) fanOut(ctx context.Context, tx pgx.Tx, d derive.ReaderDef, ks []derive.PageKey, meta map[derive.PageKey]derive.KeyMeta, truncate, probe bool, ps pageShare) error {
 	c := d.Def.C
 	if truncate { // only the table itself is truncated, never an alternate-key log name
 		origin := ps.tOrigin
@@ -81,9 +85,15 @@ func (e *Drainer) fanOut(ctx context.Context, tx pgx.Tx, d derive.ReaderDef, ks 
 	if len(keys) == 0 {
 		return nil
 	}
+	// Each join's lookup, with its arguments: a join on the identity takes
+	// the table's own keys, one on another unique key the values logged
+	// under its alternate name.
+	type lookup struct {
+		sql  string
+		args []any
+	}
+	var lookups []lookup
 	for i, j := range c.Spec.Joins {
-		// A join on the identity takes the table's own keys, one on another
-		// unique key the values logged under its alternate name.
 		if j.LogTable() != d.Table || e.Plant.FanOutSkipItem == i+1 {
 			continue
 		}
@@ -96,13 +106,105 @@ func (e *Drainer) fanOut(ctx context.Context, tx pgx.Tx, d derive.ReaderDef, ks 
 		}
 		mk, mn := j.MatchKey()
 		args, _, _ := model.KeyArgs(ks, mk, mn)
-		args = append(args, d.Def.ID, origin, hop+1)
+		lookups = append(lookups, lookup{d.Def.FanOut[i], append(args, d.Def.ID, origin, hop+1)})
+	}
+	if limit := e.inlineLimit(d, probe); limit > 0 {
+		// The FROM keys, at most limit+1 of them: more than limit are staged.
+		roots := map[string]bool{}
+		for _, l := range lookups {
+			rows, err := tx.Query(ctx, `SELECT f.key FROM (`+l.sql+`) AS f(src_table, key, op, definition_id, origin_lsn, hop) LIMIT `+
+				model.Itoa(limit+1), l.args...)
+			if err != nil {
+				return err
+			}
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			for _, k := range got {
+				roots[k] = true
+			}
+		}
+		if len(roots) == 0 {
+			return nil
+		}
+		if len(roots) <= limit {
+			done, err := e.rederiveInline(ctx, tx, d, slices.Collect(maps.Keys(roots)))
+			if done || err != nil {
+				return err
+			}
+		}
+	}
+	for _, l := range lookups {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (src_table, key, op, definition_id, origin_lsn, hop) `,
-			e.Tbl("_change_log"))+d.Def.FanOut[i], args...); err != nil {
+			e.Tbl("_change_log"))+l.sql, l.args...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// inlineLimit is how many FROM keys a fan-out may re-derive in its own
+// page (Config.FanOutInlineKeys), 0 when it must stage them: in a probe
+// (which isolates the page's own keys) and for a definition whose shares
+// are failing (the staged keys' own pages isolate the failure).
+func (e *Drainer) inlineLimit(d derive.ReaderDef, probe bool) int {
+	if probe || d.Failing || e.Cfg.FanOutInlineKeys < 0 {
+		return 0
+	}
+	return e.Cfg.FanOutInlineKeys
+}
+
+// fanOutLockTimeout bounds an inline re-derive's wait for ledger and target
+// rows: on a conflict the keys are staged instead. The page may already
+// hold the same definition's entries from its share of another table, so a
+// second lock round in one page must give way rather than wait (two pages
+// doing so in opposite orders would otherwise deadlock).
+const fanOutLockTimeout = 50 * time.Millisecond
+
+// rederiveInline re-derives a fan-out's FROM keys in the page, under their
+// ledger locks, instead of staging them for a later batch: the same
+// re-derive a later page would run (a live read of every joined row under
+// the key's ledger lock, engine/derive), one batch sooner and without the
+// staged log rows. Why this stays exact: the lookup ran after the joined
+// change committed (its batch was sealed after the commit), and the
+// re-derive reads live after its locks, so it reads the change, as the
+// staged key's page would. done false: nothing was written (a key held in
+// quarantine, a lock not granted at once, a data error, a ledger entry
+// deleted under it), and the caller stages the keys, whose own pages
+// isolate what failed.
+func (e *Drainer) rederiveInline(ctx context.Context, tx pgx.Tx, d derive.ReaderDef, roots []string) (done bool, err error) {
+	var held bool
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE definition_id = $1 AND src_table = $2 AND key = ANY($3::text[]))`,
+		e.Tbl("_poison")), d.Def.ID, d.Def.C.SourceText, roots).Scan(&held); err != nil {
+		return false, err
+	}
+	if held {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fanout"); err != nil {
+		return false, err
+	}
+	err = worker.SetLockTimeout(ctx, tx, fanOutLockTimeout)
+	if err == nil {
+		err = e.ApplyKeys(ctx, tx, d.Def, roots)
+	}
+	if err == nil {
+		err = worker.SetLockTimeout(ctx, tx, e.Cfg.PageLockTimeout)
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fanout")
+		return err == nil, err
+	}
+	if ctx.Err() != nil {
+		return false, err
+	}
+	// The rollback also restores the page's lock_timeout.
+	if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT trellis_fanout"); rerr != nil {
+		return false, err
+	}
+	e.Log.Debug("fan-out staged instead of re-derived in the page", "definition", d.Def.ID, "keys", len(roots), "sqlstate", base.Code(err))
+	return false, nil
 }
 
 // presentKeys keeps the keys of j's table that name a row now: the

@@ -68,7 +68,7 @@ func (e *Drainer) applyShare(ctx context.Context, tx pgx.Tx, d derive.ReaderDef,
 	}
 	var err error
 	if d.Joined {
-		err = e.fanOut(ctx, tx, d, ks, meta, truncate, ps)
+		err = e.fanOut(ctx, tx, d, ks, meta, truncate, probe, ps)
 	} else {
 		err = e.applyShareIn(ctx, tx, d, ks, meta, probe, truncate)
 	}

@@ -97,6 +97,11 @@ type Config struct {
 	BuildStepBudget    time.Duration // a build step (plan, locked-path chunk, sweep, fresh 1-1 chunk) commits after about this long and goes on in the next transaction, default 25ms
 	RetireChunk        int           // log rows deleted per statement, default 10000
 	SelfCheckPageKeys  int           // keys per self-check page (surface §9.2), default 10000
+	// FanOutInlineKeys: a JOIN fan-out re-derives up to this many FROM keys
+	// in the page that carried the joined change; more (or a lock not
+	// granted at once) are staged for a later batch. Default PageSize;
+	// negative: always staged (engine/drain/fanout.go).
+	FanOutInlineKeys int
 
 	// TestingTargetTriggers lets triggers on targets stand (the tamper
 	// check ignores them), so tests can make a page or build step fail on
@@ -144,6 +149,9 @@ func (c *Config) Defaults() {
 	def(&c.BuildStepBudget, 25*time.Millisecond)
 	if c.PageSize <= 0 {
 		c.PageSize = 5000
+	}
+	if c.FanOutInlineKeys == 0 {
+		c.FanOutInlineKeys = c.PageSize
 	}
 	if c.BuildChunkSize <= 0 {
 		c.BuildChunkSize = 5000
