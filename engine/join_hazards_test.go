@@ -83,7 +83,7 @@ var hzChecks = []struct{ got, want string }{
 	{`SELECT name, total, n FROM hz_agg`, `SELECT c.name, sum(o.v), count(*) FROM hz_ord o LEFT JOIN hz_cust c ON c.id = o.cust_id GROUP BY c.name`},
 }
 
-func newHzEnv(t *testing.T, plant worker.Plants) *hzEnv {
+func newHzEnv(t *testing.T, plant worker.Plants, fanOutInlineKeys int) *hzEnv {
 	pool := testDB(t)
 	for _, q := range []string{
 		`CREATE TABLE hz_region (id int PRIMARY KEY, name text)`,
@@ -98,7 +98,9 @@ func newHzEnv(t *testing.T, plant worker.Plants) *hzEnv {
 		exec(t, pool, q)
 	}
 	h := &hzHolds{armed: map[string]*hzHold{}}
-	e := New(pool, fastConfig())
+	cfg := fastConfig()
+	cfg.FanOutInlineKeys = fanOutInlineKeys
+	e := New(pool, cfg)
 	e.w.Plant = plant
 	e.w.Plant.PageHook = h.hook
 	runHooked(t, e)
@@ -155,20 +157,27 @@ func (h *hzEnv) lockWaiters() bool {
 }
 
 // hazard runs scenario clean (it must end exact) and with plant armed
-// (it must diverge: the scenario exposes that fault).
+// (it must diverge: the scenario exposes that fault), each with fan-outs
+// re-derived in the page that carried the joined change (the default)
+// and with every fan-out staged for a later batch.
 func hazard(t *testing.T, plant worker.Plants, scenario func(h *hzEnv) string) {
-	t.Run("clean", func(t *testing.T) {
-		if d := scenario(newHzEnv(t, worker.Plants{})); d != "" {
-			t.Fatalf("diverged:\n%s", d)
-		}
-	})
-	t.Run("planted", func(t *testing.T) {
-		d := scenario(newHzEnv(t, plant))
-		if d == "" {
-			t.Fatal("the planted fault went unnoticed: this test cannot fail")
-		}
-		t.Logf("planted fault caught as expected:\n%s", d)
-	})
+	for _, mode := range []struct {
+		name string
+		keys int
+	}{{"inline", 0}, {"staged", -1}} {
+		t.Run(mode.name+"/clean", func(t *testing.T) {
+			if d := scenario(newHzEnv(t, worker.Plants{}, mode.keys)); d != "" {
+				t.Fatalf("diverged:\n%s", d)
+			}
+		})
+		t.Run(mode.name+"/planted", func(t *testing.T) {
+			d := scenario(newHzEnv(t, plant, mode.keys))
+			if d == "" {
+				t.Fatal("the planted fault went unnoticed: this test cannot fail")
+			}
+			t.Logf("planted fault caught as expected:\n%s", d)
+		})
+	}
 }
 
 // A fact re-pointed at a dimension row in the same instant that row is
