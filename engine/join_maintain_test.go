@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/trellis-proxy/trellis-proxy/grammar"
 )
 
@@ -318,5 +320,88 @@ func TestJoinFanOutScopedToItsTransform(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT 1 FROM item_doubles__ledger`); n != 1 {
 		t.Fatalf("item_doubles re-derived %d keys for a dimension it does not read (want only its own change, 1)", n)
+	}
+}
+
+// fanOutFixture is kinds (3 rows) read by items (100 each) through a JOIN
+// target, beside a one-table transform of items, on an engine that keeps
+// its change log (so a test can count what a fan-out staged).
+func fanOutFixture(t *testing.T, inlineKeys int) (*pgxpool.Pool, *Engine) {
+	pool := testDB(t)
+	execAll(t, pool,
+		`CREATE TABLE kinds (id int PRIMARY KEY, label text)`,
+		`CREATE TABLE items (id bigint PRIMARY KEY, kind_id int, v int)`,
+		`CREATE INDEX ON items (kind_id)`,
+		`INSERT INTO kinds SELECT g, 'kind ' || g FROM generate_series(1, 3) g`,
+		`INSERT INTO items SELECT g, g % 3 + 1, g FROM generate_series(1, 300) g`,
+	)
+	cfg := fastConfig()
+	cfg.FanOutInlineKeys = inlineKeys
+	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.Plant.KeepLog = true })
+	transform(t, e, `TRANSFORM item_kinds FROM items i JOIN kinds k ON k.id = i.kind_id SELECT k.label AS label`)
+	transform(t, e, `TRANSFORM item_doubles FROM items SELECT v * 2 AS twice`)
+	awaitLive(t, e, "item_kinds")
+	awaitLive(t, e, "item_doubles")
+	return pool, e
+}
+
+const (
+	fanOutStaged   = `SELECT 1 FROM trellis._change_log WHERE op = 'fanout'`
+	itemKindsGot   = `SELECT id, label FROM item_kinds`
+	itemKindsWant  = `SELECT i.id, k.label FROM items i JOIN kinds k ON k.id = i.kind_id`
+	itemDoublesGot = `SELECT id, twice FROM item_doubles`
+	itemDoublesWnt = `SELECT id, v * 2 FROM items`
+)
+
+// A dimension change read by no more FROM rows than FanOutInlineKeys is
+// re-derived in the page that carried it, staging nothing; one read by
+// more is staged for a later batch, one 'fanout' log row per FROM key.
+func TestJoinFanOutRederivedInItsPage(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		inlineKeys int
+		staged     int64
+	}{{"inline", 0, 0}, {"over the bound", 99, 100}, {"always staged", -1, 100}} {
+		t.Run(c.name, func(t *testing.T) {
+			pool, e := fanOutFixture(t, c.inlineKeys)
+			exec(t, pool, `UPDATE kinds SET label = label || '!' WHERE id = 1`) // 100 items
+			converge(t, e)
+			if d := diff(t, pool, itemKindsGot, itemKindsWant); d != "" {
+				t.Fatal(d)
+			}
+			if n := count(t, pool, fanOutStaged); n != c.staged {
+				t.Fatalf("%d FROM keys staged, want %d", n, c.staged)
+			}
+		})
+	}
+}
+
+// An inline fan-out gives way to a lock instead of waiting in a page that
+// may already hold its definition's entries: with a client transaction
+// holding one target row, the dimension change's FROM keys are staged (the
+// staged page then waits or defers that key as for any change), the other
+// transform keeps applying meanwhile, and everything converges once the
+// client ends.
+func TestJoinFanOutInlineGivesWayToALock(t *testing.T) {
+	pool, e := fanOutFixture(t, 0)
+	ctx := context.Background()
+	client, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Rollback(ctx)
+	exec(t, client, `SELECT 1 FROM item_kinds WHERE id = 3 FOR UPDATE`) // item 3 reads kind 1
+	exec(t, pool, `UPDATE kinds SET label = label || '!' WHERE id = 1`)
+	exec(t, pool, `UPDATE items SET v = v + 1 WHERE id = 3`)
+	waitFor(t, "the fan-out staged", 30*time.Second, func() bool { return count(t, pool, fanOutStaged) == 100 })
+	waitFor(t, "item_doubles applied beside the held row", 30*time.Second, func() bool {
+		return diff(t, pool, itemDoublesGot, itemDoublesWnt) == ""
+	})
+	if err := client.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, e)
+	if d := diff(t, pool, itemKindsGot, itemKindsWant); d != "" {
+		t.Fatal(d)
 	}
 }

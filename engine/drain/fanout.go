@@ -16,21 +16,24 @@ import (
 )
 
 // fanOut is a JOIN target's share of a page of keys of one of its joined
-// tables (joins spec §5 items 2 and 6): instead of re-deriving, it stages
-// a 'rederive' row of the FROM table for every FROM key whose joined row
-// reads one of the changed rows, through every item that joins the table.
+// tables (joins spec §5 items 2 and 6): it finds every FROM key whose
+// joined row reads one of the changed rows, through every item that joins
+// the table, and re-derives them in this page (rederiveInline) or, when
+// they are too many or cannot be re-derived here at once, stages a
+// 'fanout' row of the FROM table for each, drained in a later batch.
 //
 // Why this is exact: the keys are the changed rows' identities, old and
 // new (capture logs both), and a join is on the joined table's identity,
 // so every FROM row that read a changed row before the change or reads it
-// after points at one of those keys. A FROM row pointing at one when this
-// statement runs is staged here, and its re-derive (a later batch: the
-// rows commit with this page) reads the joined rows live under its key's
-// ledger lock. A FROM row that comes to point at one later does so by a
-// write of its own (or of an item on its path), whose capture re-derives
-// or fans out after that write committed. Staged rows carry the page's
-// least origin and next hop, so await_converged covers a dimension write
-// as it covers a write of the FROM table.
+// after points at one of those keys. A FROM row pointing at one when the
+// lookup runs is re-derived, here or in a later batch, by a live read of
+// the joined rows under its key's ledger lock, after the change committed.
+// A FROM row that comes to point at one later does so by a write of its
+// own (or of an item on its path), whose capture re-derives or fans out
+// after that write committed. Staged rows carry the page's least origin
+// and next hop, and inline re-derives write under the page's, so
+// await_converged covers a dimension write as it covers a write of the
+// FROM table.
 //
 // A truncate of a joined table stages every FROM key whose path reaches
 // it with non-NULL join values: each that may have had a match through
