@@ -294,9 +294,11 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant worker.Plants,
 	if err != nil {
 		t.Fatal(err)
 	}
+	t0 := time.Now()
 	if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
 		t.Fatalf("seed %d: %v\n%s", seed, err, dr.stuckBuilds())
 	}
+	t.Logf("seed %d: converged %.1f s after the writers stopped", seed, time.Since(t0).Seconds())
 	out := dr.compareAll()
 	if dr.life != nil {
 		out = append(out, dr.life.checkFrozen()...)
@@ -316,9 +318,11 @@ func runDifferential(t *testing.T, seed uint64, m diffMode, plant worker.Plants,
 		if err != nil {
 			t.Fatal(err)
 		}
+		t0 := time.Now()
 		if err := e.AwaitConverged(context.Background(), tok, 90*time.Second); err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
+			t.Fatalf("seed %d: read-your-writes round %d: %v", seed, round, err)
 		}
+		t.Logf("seed %d: read-your-writes round %d converged in %.1f s", seed, round, time.Since(t0).Seconds())
 		out = dr.compareAll()
 		if dr.life != nil {
 			out = append(out, dr.life.checkFrozen()...)
