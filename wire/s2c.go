@@ -94,7 +94,7 @@ func (s *session) serverToClient() string {
 					s.srv.metrics.ErrorSent("upstream", er.Code)
 					if er.Severity == "FATAL" || er.Severity == "PANIC" {
 						fatalErr = true
-						s.log.Debug("upstream FATAL", "sqlstate", er.Code, "message", er.Message)
+						s.logger().Debug("upstream FATAL", "sqlstate", er.Code, "message", er.Message)
 					}
 				}
 			}
@@ -196,9 +196,9 @@ func (s *session) upstreamLost(err error) string {
 		return "shutdown"
 	}
 	if e, ok := pgerr.As(err); ok && e.Code == pgerr.ProtocolViolation {
-		s.log.Warn("upstream protocol violation", "error", err)
+		s.logger().Warn("upstream protocol violation", "error", err)
 	} else {
-		s.log.Info("upstream connection lost", "error", err)
+		s.logger().Info("upstream connection lost", "error", err)
 	}
 	s.cw.Write(encodeError(s.wbuf[:0], fatal(pgerr.ConnectionFailure, "lost connection to the upstream server"), false, nil))
 	s.cw.Flush()

@@ -23,7 +23,6 @@ import (
 type session struct {
 	srv  *Server
 	info *SessionInfo
-	log  *slog.Logger
 
 	client net.Conn
 	cr     *connReader
@@ -78,8 +77,7 @@ func (s *Server) handle(conn net.Conn) {
 	defer s.wg.Done()
 	id := s.nextID.Add(1)
 	sess := &session{srv: s, client: conn,
-		info: &SessionInfo{ID: id, RemoteAddr: conn.RemoteAddr()},
-		log:  s.log.With("session", id, "client", conn.RemoteAddr().String())}
+		info: &SessionInfo{ID: id, RemoteAddr: conn.RemoteAddr()}}
 	sess.info.setTxStatus('I')
 	sess.accepted = time.Now()
 	s.metrics.ConnectionAccepted()
@@ -92,12 +90,24 @@ func (s *Server) handle(conn net.Conn) {
 	defer s.removeSession(sess)
 	defer func() {
 		if r := recover(); r != nil {
-			sess.log.Error("session panic", "panic", r, "stack", string(debug.Stack()))
+			sess.logger().Error("session panic", "panic", r, "stack", string(debug.Stack()))
 		}
 		sess.closeAll()
 	}()
 	outcome := sess.run()
-	sess.log.Debug("session ended", "outcome", outcome)
+	sess.logger().Debug("session ended", "outcome", outcome)
+}
+
+// logger is the session's logger, built for each message rather than kept:
+// a session logs only at its edges and on failures, and a kept one (its
+// handler's preformatted attributes) is a few hundred bytes of every idle
+// session (the idle-memory goal).
+func (s *session) logger() *slog.Logger {
+	log := s.srv.log.With("session", s.info.ID, "client", s.info.RemoteAddr.String())
+	if s.info.User != "" {
+		log = log.With("user", s.info.User, "database", s.info.Database)
+	}
+	return log
 }
 
 func (s *session) closeAll() {
@@ -188,7 +198,7 @@ func (s *session) clientLeft() {
 // writeDirect writes a FATAL before the buffered writers exist.
 func (s *session) fatalDirect(e *pgerr.Error) {
 	s.client.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	s.client.Write(encodeError(nil, e, false, s.log))
+	s.client.Write(encodeError(nil, e, false, s.logger()))
 }
 
 // startup runs phases S0-S3 up to the first ReadyForQuery. On success
@@ -212,8 +222,10 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 	}()
 	deadline := time.Now().Add(srv.cfg.AuthTimeout)
 	// Handshakes and the dial use a context that ends with startup, so an
-	// idle session keeps no timer of it.
-	sctx, scancel := context.WithDeadline(s.ctx, deadline)
+	// idle session keeps no timer of it. It does not derive from s.ctx,
+	// which is cancelled only once the session is ready: a child would give
+	// s.ctx a done channel and a children map that every idle session kept.
+	sctx, scancel := context.WithDeadline(context.Background(), deadline)
 	defer scancel()
 	// Until the startup packet only the shorter startup timeout applies.
 	s.client.SetDeadline(time.Now().Add(srv.cfg.StartupTimeout))
@@ -237,7 +249,7 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 				cfg.NextProtos = []string{"postgresql"}
 				tc := tls13Server(&prefixConn{Conn: s.client, prefix: b[:]}, cfg)
 				if err := tc.HandshakeContext(sctx); err != nil {
-					s.log.Debug("client direct TLS handshake failed", "error", err)
+					s.logger().Debug("client direct TLS handshake failed", "error", err)
 					srv.metrics.TLSHandshake("failed")
 					return "client_error", nil
 				}
@@ -279,7 +291,7 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 			}
 			tc := tls13Server(s.client, srv.cfg.TLS)
 			if err := tc.HandshakeContext(sctx); err != nil {
-				s.log.Debug("client TLS handshake failed", "error", err)
+				s.logger().Debug("client TLS handshake failed", "error", err)
 				srv.metrics.TLSHandshake("failed")
 				return "client_error", nil
 			}
@@ -307,9 +319,9 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 				s.fatalDirect(e)
 				return "client_error", nil
 			}
-			s.info.Params = params
-			s.info.User = params["user"]
-			s.info.Database = params["database"]
+			s.info.setParams(lentString(params)) // interned: a copy is kept
+			s.info.User = s.info.Param("user")
+			s.info.Database = s.info.Param("database")
 			if s.info.Database == "" {
 				s.info.Database = s.info.User
 			}
@@ -322,7 +334,6 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 		s.fatalDirect(fatal(pgerr.InvalidAuthorizationSpec, "no PostgreSQL user name specified in startup packet"))
 		return "client_error", nil
 	}
-	s.log = s.log.With("user", s.info.User, "database", s.info.Database)
 	s.client.SetDeadline(deadline)
 
 	if n := srv.active.Add(1); srv.cfg.MaxClientConns > 0 && n > int64(srv.cfg.MaxClientConns) {
@@ -355,7 +366,7 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 	up, upTLS, err := srv.dialUpstream(sctx)
 	srv.metrics.UpstreamDialed(time.Since(dialStart), err == nil)
 	if err != nil {
-		s.log.Warn("dialing upstream failed", "error", err, "sqlstate", pgerr.ConnectionFailure)
+		s.logger().Warn("dialing upstream failed", "error", err, "sqlstate", pgerr.ConnectionFailure)
 		s.fatalDirect(fatal(pgerr.ConnectionFailure, "could not connect to upstream server: %v", err))
 		outcome = "upstream_error"
 		return outcome, nil
@@ -383,11 +394,11 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 	if oc, err := s.startupRelay(); err != nil {
 		outcome = oc
 		if e, ok := pgerr.As(err); ok {
-			s.cw.Write(encodeError(nil, e, false, s.log))
+			s.cw.Write(encodeError(nil, e, false, s.logger()))
 		}
 		s.cw.Flush()
 		if outcome != "auth_failed" {
-			s.log.Debug("startup failed", "error", err)
+			s.logger().Debug("startup failed", "error", err)
 		}
 		return outcome, nil
 	}
@@ -398,11 +409,11 @@ func (s *session) startup() (outcome string, teardown func(string)) {
 	s.mu.Unlock()
 	doneAuthing()
 	srv.metrics.SessionReady(time.Since(s.accepted))
-	s.log.Debug("session started", "tls", s.info.TLS)
-	if !replicationOn(s.info.Params["replication"]) {
+	s.logger().Debug("session started", "tls", s.info.TLS)
+	if !replicationOn(s.info.Param("replication")) {
 		s.intercept = srv.intercep
 	}
-	s.log.Debug("session ready")
+	s.logger().Debug("session ready")
 	return "ok", td
 }
 
@@ -420,7 +431,7 @@ func (s *session) run() string {
 		defer close(started)
 		defer func() {
 			if r := recover(); r != nil {
-				s.log.Error("session panic", "panic", r, "stack", string(debug.Stack()))
+				s.logger().Error("session panic", "panic", r, "stack", string(debug.Stack()))
 				outcome = "panic"
 			}
 		}()
@@ -438,7 +449,7 @@ func (s *session) run() string {
 		defer close(c2sDone)
 		defer func() {
 			if r := recover(); r != nil {
-				s.log.Error("client pump panic", "panic", r, "stack", string(debug.Stack()))
+				s.logger().Error("client pump panic", "panic", r, "stack", string(debug.Stack()))
 				s.closeAll()
 			}
 		}()
@@ -576,11 +587,18 @@ func (s *session) relayClientAuth(refuseBindingFlag bool) error {
 	return s.uw.Flush()
 }
 
+// noteParameterStatus records a ParameterStatus body that decodes as
+// pgproto3's ParameterStatus.Decode accepts it (name and value strings).
 func (s *session) noteParameterStatus(body []byte) {
-	var ps pgproto3.ParameterStatus
-	if ps.Decode(body) == nil {
-		s.info.setServerParameter(ps.Name, ps.Value)
+	name, rest, ok := scanCString(body)
+	if !ok {
+		return
 	}
+	value, _, ok := scanCString(rest)
+	if !ok {
+		return
+	}
+	s.info.setServerParameter(name, value)
 }
 
 // writeFrame writes a frame to the client's buffer.
