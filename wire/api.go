@@ -3,9 +3,11 @@ package wire
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/trellis-proxy/trellis-proxy/pgerr"
@@ -162,14 +164,28 @@ type SessionInfo struct {
 	ID         uint64
 	User       string
 	Database   string
-	Params     map[string]string // startup parameters; read-only
 	RemoteAddr net.Addr
 	TLS        bool // client leg uses TLS
 
 	txStatus atomic.Uint32
-	mu       sync.Mutex
-	server   map[string]string // ParameterStatus values
+	// params and server are name/value lists ("name\0value\0..."),
+	// interned: sessions of one application send the same startup packet
+	// and get the same ParameterStatus values, so they share one copy
+	// instead of each keeping a map of a dozen strings (the idle-memory
+	// goal). The zero Handle is an empty list.
+	params unique.Handle[string] // startup parameters, as sent
+	mu     sync.Mutex
+	server unique.Handle[string] // ParameterStatus values; guarded by mu
 }
+
+// Param returns the startup parameter name ("" when the client sent none);
+// a name sent twice has its last value, as in Postgres.
+func (s *SessionInfo) Param(name string) string {
+	v, _ := lookupParam(handleValue(s.params), name)
+	return v
+}
+
+func (s *SessionInfo) setParams(list string) { s.params = unique.Make(list) }
 
 // TxStatus is the transaction status of the latest ReadyForQuery relayed or
 // consumed: 'I', 'T' or 'E'.
@@ -181,17 +197,59 @@ func (s *SessionInfo) setTxStatus(b byte) { s.txStatus.Store(uint32(b)) }
 // (client_encoding, standard_conforming_strings, server_version, ...).
 func (s *SessionInfo) ServerParameter(name string) string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.server[name]
+	h := s.server
+	s.mu.Unlock()
+	v, _ := lookupParam(handleValue(h), name)
+	return v
 }
 
-func (s *SessionInfo) setServerParameter(name, value string) {
+// setServerParameter records a ParameterStatus body (name and value, each
+// NUL-terminated).
+func (s *SessionInfo) setServerParameter(name, value []byte) {
 	s.mu.Lock()
-	if s.server == nil {
-		s.server = map[string]string{}
+	defer s.mu.Unlock()
+	old := handleValue(s.server)
+	if v, ok := lookupParam(old, lentString(name)); ok && v == lentString(value) {
+		return
 	}
-	s.server[name] = value
-	s.mu.Unlock()
+	list := make([]byte, 0, len(old)+len(name)+len(value)+2)
+	for rest := old; rest != ""; {
+		k, v, r := nextParam(rest)
+		if k != lentString(name) {
+			list = append(append(append(append(list, k...), 0), v...), 0)
+		}
+		rest = r
+	}
+	list = append(append(append(append(list, name...), 0), value...), 0)
+	s.server = unique.Make(lentString(list))
+}
+
+func handleValue(h unique.Handle[string]) string {
+	if h == (unique.Handle[string]{}) {
+		return ""
+	}
+	return h.Value()
+}
+
+// lookupParam finds name in a "name\0value\0..." list; the last of
+// several wins.
+func lookupParam(list, name string) (value string, ok bool) {
+	for list != "" {
+		var k, v string
+		k, v, list = nextParam(list)
+		if k == name {
+			value, ok = v, true
+		}
+	}
+	return value, ok
+}
+
+// nextParam splits the first pair off a well-formed list.
+func nextParam(list string) (k, v, rest string) {
+	i := strings.IndexByte(list, 0)
+	k, list = list[:i], list[i+1:]
+	i = strings.IndexByte(list, 0)
+	return k, list[:i], list[i+1:]
 }
 
 // Metrics receives the wire layer's events; cmd adapts it to Prometheus.

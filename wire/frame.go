@@ -102,26 +102,26 @@ func readStartupPacket(r io.Reader, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// parseStartupParams decodes the key/value pairs of a StartupMessage body
-// (after the protocol version) without re-encoding anything.
-func parseStartupParams(body []byte) (map[string]string, error) {
-	params := map[string]string{}
+// parseStartupParams checks the key/value pairs of a StartupMessage body
+// (after the protocol version) and returns them without the terminator:
+// "key\0value\0...", the form SessionInfo keeps.
+func parseStartupParams(body []byte) ([]byte, error) {
+	all := body
 	for len(body) > 0 {
 		if body[0] == 0 {
 			if len(body) != 1 {
 				return nil, pgerr.New(pgerr.ProtocolViolation, "invalid startup packet layout: expected terminator as last byte")
 			}
-			return params, nil
+			return all[:len(all)-1], nil
 		}
-		k, rest, ok := cstring(body)
+		_, rest, ok := scanCString(body)
 		if !ok {
 			return nil, pgerr.New(pgerr.ProtocolViolation, "invalid startup packet layout")
 		}
-		v, rest, ok := cstring(rest)
+		_, rest, ok = scanCString(rest)
 		if !ok {
 			return nil, pgerr.New(pgerr.ProtocolViolation, "invalid startup packet layout")
 		}
-		params[k] = v
 		body = rest
 	}
 	return nil, pgerr.New(pgerr.ProtocolViolation, "invalid startup packet layout: expected terminator as last byte")
