@@ -296,27 +296,15 @@ func TestJoinOnUniqueKeyMaintained(t *testing.T) {
 // keys a dimension's change fanned out to (a re-derive leaves the key's
 // lock entry in a 1-1 target's ledger; a fresh build leaves none).
 func TestJoinFanOutScopedToItsTransform(t *testing.T) {
-	pool := testDB(t)
-	execAll(t, pool,
-		`CREATE TABLE kinds (id int PRIMARY KEY, label text)`,
-		`CREATE TABLE items (id bigint PRIMARY KEY, kind_id int, v int)`,
-		`CREATE INDEX ON items (kind_id)`,
-		`INSERT INTO kinds SELECT g, 'kind ' || g FROM generate_series(1, 3) g`,
-		`INSERT INTO items SELECT g, g % 3 + 1, g FROM generate_series(1, 300) g`,
-	)
-	e, _ := startEngine(t, pool, fastConfig())
-	transform(t, e, `TRANSFORM item_kinds FROM items i JOIN kinds k ON k.id = i.kind_id SELECT k.label AS label`)
-	transform(t, e, `TRANSFORM item_doubles FROM items SELECT v * 2 AS twice`)
-	awaitLive(t, e, "item_kinds")
-	awaitLive(t, e, "item_doubles")
+	pool, e := fanOutFixture(t, 0)
 	exec(t, pool, `UPDATE kinds SET label = label || '!'`)
 	exec(t, pool, `UPDATE items SET v = v + 1 WHERE id = 1`)
 	converge(t, e)
-	if d := diff(t, pool, `SELECT id, label FROM item_kinds`, `SELECT i.id, k.label FROM items i JOIN kinds k ON k.id = i.kind_id`); d != "" {
+	if d := diff(t, pool, itemKindsGot, itemKindsWant); d != "" {
 		t.Fatal(d)
 	}
 	if n := count(t, pool, `SELECT 1 FROM item_kinds__ledger`); n != 300 {
-		t.Fatalf("item_kinds re-derived %d of the 300 keys the fan-out staged", n)
+		t.Fatalf("item_kinds re-derived %d of the 300 keys the fan-out reached", n)
 	}
 	if n := count(t, pool, `SELECT 1 FROM item_doubles__ledger`); n != 1 {
 		t.Fatalf("item_doubles re-derived %d keys for a dimension it does not read (want only its own change, 1)", n)
