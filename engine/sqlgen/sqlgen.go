@@ -93,20 +93,26 @@ func (cd *Def) HeapSQL(srcWhere string) string {
 // RefreshSQL rewrites the given aggregate fields of every group from what
 // the target and ledger keep for it, touching only rows that differ.
 func (cd *Def) RefreshSQL(cols []string) string {
-	var sets, diffs []string
+	var vals, sets, diffs []string
 	for _, col := range cols {
 		v, ok := cd.groupValue[col]
 		if !ok {
 			continue
 		}
-		sets = append(sets, base.Ident(col)+" = "+v)
+		r := "m.__v" + model.Itoa(len(vals))
+		vals = append(vals, v+" AS __v"+model.Itoa(len(vals)))
+		sets = append(sets, base.Ident(col)+" = "+r)
 		// Renderings, not =: numeric 1.5 and 1.50 differ.
-		diffs = append(diffs, "t2."+base.Ident(col)+"::text IS DISTINCT FROM ("+v+")::text")
+		diffs = append(diffs, "t."+base.Ident(col)+"::text IS DISTINCT FROM "+r+"::text")
 	}
 	if len(sets) == 0 {
 		return ""
 	}
-	return "UPDATE " + cd.C.Target() + " AS t2 SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(diffs, " OR ")
+	// Each value computed once per group (a recomputed field's is a scan of
+	// the group's ledger entries), not once to compare and again to set.
+	return "UPDATE " + cd.C.Target() + " AS t SET " + strings.Join(sets, ", ") +
+		" FROM (SELECT t2.ctid AS __c, " + strings.Join(vals, ", ") + " FROM " + cd.C.Target() + " t2) m" +
+		" WHERE t.ctid = m.__c AND (" + strings.Join(diffs, " OR ") + ")"
 }
 
 // Joinf joins f(0) .. f(n-1) with sep.

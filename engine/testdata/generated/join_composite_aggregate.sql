@@ -284,5 +284,5 @@ ON CONFLICT ("family") DO UPDATE SET "__members" = excluded."__members", "__cnt0
 DELETE FROM "public"."j_family_qty" AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT g0 AS "family" FROM "public"."j_family_qty__ledger" WHERE member) e WHERE (CASE WHEN num_nulls(e."family") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', e."family"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) = (CASE WHEN num_nulls(t."family") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', t."family"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END));
 
 -- j_family_qty: refresh
-UPDATE "public"."j_family_qty" AS t2 SET "qty" = CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END, "n" = t2."__members" WHERE t2."qty"::text IS DISTINCT FROM (CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END)::text OR t2."n"::text IS DISTINCT FROM (t2."__members")::text;
+UPDATE "public"."j_family_qty" AS t SET "qty" = m.__v0, "n" = m.__v1 FROM (SELECT t2.ctid AS __c, CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END AS __v0, t2."__members" AS __v1 FROM "public"."j_family_qty" t2) m WHERE t.ctid = m.__c AND (t."qty"::text IS DISTINCT FROM m.__v0::text OR t."n"::text IS DISTINCT FROM m.__v1::text);
 

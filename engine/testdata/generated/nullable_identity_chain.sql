@@ -274,7 +274,7 @@ ON CONFLICT ("kind") DO UPDATE SET "__members" = excluded."__members", "__cnt0" 
 DELETE FROM "public"."kind_sums" AS t WHERE NOT EXISTS (SELECT 1 FROM (SELECT g0 AS "kind" FROM "public"."kind_sums__ledger" WHERE member) e WHERE (CASE WHEN num_nulls(e."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', e."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END) = (CASE WHEN num_nulls(t."kind") = 1 THEN chr(1) ELSE replace(replace(replace(format('%s', t."kind"), chr(27), chr(27) || chr(27)), chr(31), chr(27) || 'f'), chr(1), chr(27) || 'a') END));
 
 -- kind_sums: refresh
-UPDATE "public"."kind_sums" AS t2 SET "total" = CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END WHERE t2."total"::text IS DISTINCT FROM (CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END)::text;
+UPDATE "public"."kind_sums" AS t SET "total" = m.__v0 FROM (SELECT t2.ctid AS __c, CASE WHEN t2."__cnt0" = 0 THEN NULL ELSE t2."__sum0" END AS __v0 FROM "public"."kind_sums" t2) m WHERE t.ctid = m.__c AND (t."total"::text IS DISTINCT FROM m.__v0::text);
 
 -- kind_labels: target shape
 "kind" text
