@@ -185,19 +185,16 @@ func (e *Drainer) rederiveInline(ctx context.Context, tx pgx.Tx, d derive.Reader
 	if held {
 		return false, nil
 	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fanout"); err != nil {
+	// One round trip each way: the savepoint with the short lock wait, the
+	// page's lock wait back with the release.
+	if _, err := tx.Exec(ctx, "SAVEPOINT trellis_fanout; "+worker.LockTimeoutSQL(fanOutLockTimeout)); err != nil {
 		return false, err
 	}
-	err = worker.SetLockTimeout(ctx, tx, fanOutLockTimeout)
+	err = e.ApplyKeys(ctx, tx, d.Def, roots)
 	if err == nil {
-		err = e.ApplyKeys(ctx, tx, d.Def, roots)
-	}
-	if err == nil {
-		err = worker.SetLockTimeout(ctx, tx, e.Cfg.PageLockTimeout)
-	}
-	if err == nil {
-		_, err = tx.Exec(ctx, "RELEASE SAVEPOINT trellis_fanout")
-		return err == nil, err
+		if _, err = tx.Exec(ctx, worker.LockTimeoutSQL(e.Cfg.PageLockTimeout)+"; RELEASE SAVEPOINT trellis_fanout"); err == nil {
+			return true, nil
+		}
 	}
 	if ctx.Err() != nil {
 		return false, err

@@ -26,8 +26,14 @@ import (
 
 // SetLockTimeout bounds the lock waits of the rest of tx.
 func SetLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
-	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", d.Milliseconds()))
+	_, err := tx.Exec(ctx, LockTimeoutSQL(d))
 	return err
+}
+
+// LockTimeoutSQL is SetLockTimeout's statement, for a caller that sends it
+// with others in one round trip.
+func LockTimeoutSQL(d time.Duration) string {
+	return fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", d.Milliseconds())
 }
 
 // LeftForLater reports whether a staging step's failure is a lock wait
