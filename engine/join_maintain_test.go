@@ -315,6 +315,13 @@ func TestJoinFanOutScopedToItsTransform(t *testing.T) {
 // target, beside a one-table transform of items, on an engine that keeps
 // its change log (so a test can count what a fan-out staged).
 func fanOutFixture(t *testing.T, inlineKeys int) (*pgxpool.Pool, *Engine) {
+	cfg := fastConfig()
+	cfg.FanOutInlineKeys = inlineKeys
+	return fanOutFixtureWith(t, cfg)
+}
+
+// fanOutFixtureWith is fanOutFixture on an engine of config cfg.
+func fanOutFixtureWith(t *testing.T, cfg Config) (*pgxpool.Pool, *Engine) {
 	pool := testDB(t)
 	execAll(t, pool,
 		`CREATE TABLE kinds (id int PRIMARY KEY, label text)`,
@@ -323,8 +330,6 @@ func fanOutFixture(t *testing.T, inlineKeys int) (*pgxpool.Pool, *Engine) {
 		`INSERT INTO kinds SELECT g, 'kind ' || g FROM generate_series(1, 3) g`,
 		`INSERT INTO items SELECT g, g % 3 + 1, g FROM generate_series(1, 300) g`,
 	)
-	cfg := fastConfig()
-	cfg.FanOutInlineKeys = inlineKeys
 	e, _ := startPlanted(t, pool, cfg, func(e *Engine) { e.w.Plant.KeepLog = true })
 	transform(t, e, `TRANSFORM item_kinds FROM items i JOIN kinds k ON k.id = i.kind_id SELECT k.label AS label`)
 	transform(t, e, `TRANSFORM item_doubles FROM items SELECT v * 2 AS twice`)
@@ -385,6 +390,32 @@ func TestJoinFanOutInlineGivesWayToALock(t *testing.T) {
 	waitFor(t, "item_doubles applied beside the held row", 30*time.Second, func() bool {
 		return diff(t, pool, itemDoublesGot, itemDoublesWnt) == ""
 	})
+	if err := client.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	converge(t, e)
+	if d := diff(t, pool, itemKindsGot, itemKindsWant); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// The inline re-derive's lock wait is its own short one, not the page's:
+// with pages allowed to wait a minute for a lock, a fan-out whose target
+// row a client holds is still staged at once (within the 30 s this test
+// waits), and converges once the client ends.
+func TestJoinFanOutInlineLockWaitIsShort(t *testing.T) {
+	cfg := fastConfig()
+	cfg.PageLockTimeout = time.Minute
+	pool, e := fanOutFixtureWith(t, cfg)
+	ctx := context.Background()
+	client, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Rollback(ctx)
+	exec(t, client, `SELECT 1 FROM item_kinds WHERE id = 3 FOR UPDATE`) // item 3 reads kind 1
+	exec(t, pool, `UPDATE kinds SET label = label || '!' WHERE id = 1`)
+	waitFor(t, "the fan-out staged while the row is held", 30*time.Second, func() bool { return count(t, pool, fanOutStaged) == 100 })
 	if err := client.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
