@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 )
 
 // The staging session lives at most its lifetime (worker.StagingLifetime:
@@ -21,16 +21,7 @@ func TestStagingSessionRenewed(t *testing.T) {
 		Fields: []Field{{Name: "w", Expr: col("v") + " * 2", Reads: []string{"v"}}}})
 	awaitLive(t, e, "renew_t")
 	stagingPids := func() []int32 {
-		rows, err := pool.Query(t.Context(), `SELECT pid FROM pg_stat_activity
-			WHERE datname = current_database() AND starts_with(application_name, 'trellis-staging ')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pids
+		return pgcluster.Backends(t, pool, pool.Config().ConnConfig.Database, "trellis-staging ")
 	}
 	var seen []int32
 	deadline := time.Now().Add(30 * time.Second)

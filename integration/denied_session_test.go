@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellis-proxy/trellis-proxy/internal/pgcluster"
 )
 
 // A PostgreSQL session can keep a stale cache of its role memberships: a
@@ -16,22 +18,6 @@ import (
 // debugger to hit on purpose; these tests pin what the engine does about
 // it: a worker refused a privilege never reuses its session, so once the
 // privilege is there, work resumes on a fresh backend.
-
-// workerBackends lists the pids of the engine's sessions in db whose
-// application_name starts with prefix.
-func workerBackends(t *testing.T, c *pgx.Conn, db, prefix string) []int32 {
-	t.Helper()
-	rows, err := c.Query(context.Background(), `SELECT pid FROM pg_stat_activity
-		WHERE datname = $1 AND starts_with(application_name, $2) ORDER BY pid`, db, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pids
-}
 
 // deniedSetup creates public.<table>, owned by the NOLOGIN role owner, and
 // returns the superuser's direct connection to the harness's database.
@@ -57,7 +43,7 @@ func TestDeniedPageReplacesItsSession(t *testing.T) {
 	h.waitStatus(t, "denied_page_t", "live")
 	mustExec(t, su, `UPDATE public.denied_page_src SET a = a + 1 WHERE id = 1`)
 	mustExec(t, su, `SELECT trellis.await_converged(trellis.watermark_token(), 30000)`)
-	before := workerBackends(t, admin, h.db, "trellis-worker ")
+	before := pgcluster.Backends(t, admin, h.db, "trellis-worker ")
 	if len(before) == 0 {
 		t.Fatal("no worker sessions in pg_stat_activity")
 	}
@@ -65,7 +51,7 @@ func TestDeniedPageReplacesItsSession(t *testing.T) {
 	mustExec(t, admin, `REVOKE denied_page_owner FROM `+ordinaryWorkers)
 	mustExec(t, admin, `UPDATE public.denied_page_src SET a = a + 1 WHERE id = 2`)
 	eventually(t, 30*time.Second, "a worker session refused a privilege to be replaced", func() bool {
-		now := workerBackends(t, admin, h.db, "trellis-worker ")
+		now := pgcluster.Backends(t, admin, h.db, "trellis-worker ")
 		for _, pid := range before {
 			if !slices.Contains(now, pid) {
 				return true
@@ -97,7 +83,7 @@ func TestDeniedInstallRenewsStagingSession(t *testing.T) {
 	admin := deniedSetup(t, h, "denied_install_owner", "denied_install_src")
 	var staging []int32
 	eventually(t, 30*time.Second, "the staging session", func() bool {
-		staging = workerBackends(t, admin, h.db, "trellis-staging ")
+		staging = pgcluster.Backends(t, admin, h.db, "trellis-staging ")
 		return len(staging) == 1
 	})
 	// Defined while the workers may capture the table, and refused in the
@@ -114,7 +100,7 @@ func TestDeniedInstallRenewsStagingSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the staging session to be renewed after its install was refused", func() bool {
-		now := workerBackends(t, admin, h.db, "trellis-staging ")
+		now := pgcluster.Backends(t, admin, h.db, "trellis-staging ")
 		return len(now) == 1 && now[0] != staging[0]
 	})
 	mustExec(t, admin, `GRANT denied_install_owner TO `+ordinaryWorkers)

@@ -83,3 +83,25 @@ func (c *Cluster) FreshDB(tb testing.TB, prefix string) string {
 	})
 	return name
 }
+
+// Querier runs a query: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Backends lists, in pid order, the pids of database db's sessions whose
+// application_name starts with prefix (the engine names its sessions
+// "trellis-worker <process>" and "trellis-staging <process>").
+func Backends(tb testing.TB, q Querier, db, prefix string) []int32 {
+	tb.Helper()
+	rows, err := q.Query(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = $1 AND starts_with(application_name, $2) ORDER BY pid`, db, prefix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pids
+}
