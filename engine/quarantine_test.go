@@ -243,10 +243,19 @@ func TestQuarantineBuildFailurePausesAfterFiveAttempts(t *testing.T) {
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// First charged attempt: backoff 1 s, SQLSTATE recorded.
+	defined := scalar[time.Time](t, pool, `SELECT now()`)
+	// First charged attempt: backoff 1 s, SQLSTATE recorded. The charge
+	// came after the definition committed and before it is seen, so its
+	// retry is at least 1 s after the first and at most 1 s after the
+	// second (a window around the observation alone was missed when the
+	// poll ran late on a loaded machine).
 	waitFor(t, "first charged attempt", 30*time.Second, func() bool {
-		return count(t, pool, `SELECT 1 FROM trellis._build_tasks WHERE attempts = 1 AND last_sqlstate = '55006'
-			AND next_attempt_at BETWEEN now() + interval '0.5 s' AND now() + interval '1.1 s'`) == 1
+		var n int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM trellis._build_tasks WHERE attempts = 1 AND last_sqlstate = '55006'
+			AND next_attempt_at BETWEEN $1::timestamptz + interval '1 s' AND now() + interval '1.1 s'`, defined).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
 	})
 	waitFor(t, "paused after the fifth", 40*time.Second, func() bool {
 		return scalar[string](t, pool, `SELECT status FROM trellis._definitions`) == "paused"
