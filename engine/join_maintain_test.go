@@ -369,6 +369,26 @@ func TestJoinFanOutRederivedInItsPage(t *testing.T) {
 	}
 }
 
+// holdItemThree has a client transaction hold item 3's item_kinds row
+// (item 3 reads kind 1) and then changes kind 1, whose fan-out reaches
+// the held row; release ends the client's transaction.
+func holdItemThree(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	client, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Rollback(ctx) })
+	exec(t, client, `SELECT 1 FROM item_kinds WHERE id = 3 FOR UPDATE`)
+	exec(t, pool, `UPDATE kinds SET label = label || '!' WHERE id = 1`)
+	return func() {
+		if err := client.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // An inline fan-out gives way to a lock instead of waiting in a page that
 // may already hold its definition's entries: with a client transaction
 // holding one target row, the dimension change's FROM keys are staged (the
@@ -377,22 +397,13 @@ func TestJoinFanOutRederivedInItsPage(t *testing.T) {
 // client ends.
 func TestJoinFanOutInlineGivesWayToALock(t *testing.T) {
 	pool, e := fanOutFixture(t, 0)
-	ctx := context.Background()
-	client, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Rollback(ctx)
-	exec(t, client, `SELECT 1 FROM item_kinds WHERE id = 3 FOR UPDATE`) // item 3 reads kind 1
-	exec(t, pool, `UPDATE kinds SET label = label || '!' WHERE id = 1`)
+	release := holdItemThree(t, pool)
 	exec(t, pool, `UPDATE items SET v = v + 1 WHERE id = 3`)
 	waitFor(t, "the fan-out staged", 30*time.Second, func() bool { return count(t, pool, fanOutStaged) == 100 })
 	waitFor(t, "item_doubles applied beside the held row", 30*time.Second, func() bool {
 		return diff(t, pool, itemDoublesGot, itemDoublesWnt) == ""
 	})
-	if err := client.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	converge(t, e)
 	if d := diff(t, pool, itemKindsGot, itemKindsWant); d != "" {
 		t.Fatal(d)
@@ -407,18 +418,9 @@ func TestJoinFanOutInlineLockWaitIsShort(t *testing.T) {
 	cfg := fastConfig()
 	cfg.PageLockTimeout = time.Minute
 	pool, e := fanOutFixtureWith(t, cfg)
-	ctx := context.Background()
-	client, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Rollback(ctx)
-	exec(t, client, `SELECT 1 FROM item_kinds WHERE id = 3 FOR UPDATE`) // item 3 reads kind 1
-	exec(t, pool, `UPDATE kinds SET label = label || '!' WHERE id = 1`)
+	release := holdItemThree(t, pool)
 	waitFor(t, "the fan-out staged while the row is held", 30*time.Second, func() bool { return count(t, pool, fanOutStaged) == 100 })
-	if err := client.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	converge(t, e)
 	if d := diff(t, pool, itemKindsGot, itemKindsWant); d != "" {
 		t.Fatal(d)
